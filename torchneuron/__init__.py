@@ -1,0 +1,49 @@
+"""torchneuron: a native PyTorch backend for compiler-driven accelerators over PJRT.
+
+``import torch`` loads this package through the ``torch.backends`` entry point, which
+registers the ``neuron`` device (PrivateUse1), the ``torch.neuron`` module and the
+eager kernels. See README.md for use and DESIGN.md for the architecture.
+"""
+from __future__ import annotations
+
+import atexit
+
+__all__ = ["fallback_ops", "install"]
+
+_installed = False
+
+
+def install() -> None:
+    """Registers the `neuron` device with PyTorch. Idempotent; called on `import torch`."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import torch
+
+    from . import _extension, device
+    from .runtime import pjrt, storage
+
+    shim = _extension.load()
+    torch.utils.rename_privateuse1_backend("neuron")
+    shim.register_hooks()
+    shim.set_callbacks(storage.buffers, storage.resize, storage.copy_bytes, pjrt.device_count)
+    atexit.register(shim.python_shutdown)
+    torch._register_device_module("neuron", device)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    from .eager import install as eager_install
+
+    eager_install.install()
+
+
+def fallback_ops() -> dict:
+    """{ATen op name: calls} of every op that ran through the CPU fallback so far."""
+    from .ops import fallback
+
+    return fallback.fallback_ops()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: runs at the end of ``import torch``."""
+    install()

@@ -1,0 +1,66 @@
+"""Builds (once, cached by source hash) and loads the C++ shim `csrc/neuron.cpp`."""
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+
+from . import config
+
+_module = None
+_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "neuron.cpp")
+
+
+def _build_dir() -> str:
+    import torch
+
+    with open(_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read() + torch.__version__.encode() + sys.version.encode()).hexdigest()[:16]
+    return os.path.join(config.CACHE_DIR, "extensions", digest)
+
+
+def _import(path: str):
+    loader = importlib.machinery.ExtensionFileLoader("torchneuron_C", path)
+    spec = importlib.util.spec_from_file_location("torchneuron_C", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def load():
+    """Returns the loaded shim module, building it on first use (about 30-60 s).
+
+    The build lands in ``$TORCHNEURON_CACHE_DIR/extensions/<hash of source, torch and
+    Python versions>``; torch's extension builder serializes concurrent builds with a
+    file lock. Raises RuntimeError if the C++ compiler is missing.
+    """
+    global _module
+    if _module is not None:
+        return _module
+    build_dir = _build_dir()
+    built = os.path.join(build_dir, "torchneuron_C.so")
+    if not os.path.exists(built):
+        _build(build_dir)
+    _module = _import(built)
+    return _module
+
+
+def _build(build_dir: str) -> None:
+    # The builder warns about a missing CUDA runtime, which is irrelevant here.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from torch.utils import cpp_extension
+
+    # ninja is installed into the interpreter's environment; make it findable even when
+    # the environment is not activated.
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    os.makedirs(build_dir, exist_ok=True)
+    cpp_extension.load(
+        name="torchneuron_C",
+        sources=[_SOURCE],
+        build_directory=build_dir,
+        extra_cflags=["-O2"],
+        verbose=False,
+    )

@@ -1,0 +1,557 @@
+// The C++ shim of the `neuron` device: only what Python cannot provide.
+//
+// - An allocator that hands out unique virtual addresses. A storage's address is a
+//   handle into the Python storage registry (handle -> flat PJRT buffer); it is never
+//   dereferenced. Freeing a storage removes its registry entry, which releases the buffer.
+// - PrivateUse1 hooks (generators, storage resize, pinned host memory) and a device guard.
+// - Metadata-only kernels (empty, empty_strided, as_strided, view, resize_, set_, ...),
+//   reusing ATen's generic implementations.
+// Everything that touches data lives in Python (torchneuron.runtime, torchneuron.ops).
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_set>
+
+namespace torchneuron {
+
+constexpr int kMaxDevices = 64;
+constexpr uint64_t kAlign = 64;
+
+// ---------------------------------------------------------------- Python callbacks
+// Set once from Python by `_set_callbacks`; owned references, never released (they
+// live as long as the process).
+static PyObject* g_registry = nullptr;   // dict: handle (int) -> flat buffer
+static PyObject* g_resize_cb = nullptr;  // (old_handle, new_handle, new_nbytes) -> None
+static PyObject* g_copy_cb = nullptr;    // (dst_handle, src_handle, nbytes) -> None
+static PyObject* g_count_cb = nullptr;   // () -> int, the number of PJRT devices
+static std::atomic<bool> g_python_alive{false};
+
+// Calls fn(a, b, n) with the GIL held; a Python exception becomes a C++ one.
+static void call_python(PyObject* fn, uint64_t a, uint64_t b, size_t n) {
+  py::gil_scoped_acquire gil;
+  PyObject* args = Py_BuildValue("(KKn)", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b),
+                                 static_cast<Py_ssize_t>(n));
+  PyObject* out = PyObject_CallObject(fn, args);
+  Py_DECREF(args);
+  if (!out) {
+    throw py::error_already_set();
+  }
+  Py_DECREF(out);
+}
+
+// ---------------------------------------------------------------- device index
+static thread_local c10::DeviceIndex t_current_device = 0;
+static std::atomic<int> g_device_count{-1};
+
+static c10::DeviceIndex device_count() {
+  int n = g_device_count.load();
+  if (n >= 0) return static_cast<c10::DeviceIndex>(n);
+  if (!g_count_cb || !g_python_alive.load() || !Py_IsInitialized()) return 1;
+  py::gil_scoped_acquire gil;
+  PyObject* out = PyObject_CallObject(g_count_cb, nullptr);
+  if (!out) {
+    PyErr_Clear();
+    return 1;
+  }
+  n = static_cast<int>(PyLong_AsLong(out));
+  Py_DECREF(out);
+  g_device_count.store(n);
+  return static_cast<c10::DeviceIndex>(n);
+}
+
+static void check_device(c10::DeviceIndex index) {
+  TORCH_CHECK(
+      index >= 0 && index < device_count(),
+      "neuron: invalid device index ", static_cast<int>(index), " (", static_cast<int>(device_count()),
+      " device(s) available)");
+}
+
+// ---------------------------------------------------------------- memory statistics
+struct DeviceStats {
+  std::atomic<int64_t> allocated{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> num_allocs{0};
+  std::atomic<int64_t> num_frees{0};
+};
+static DeviceStats g_stats[kMaxDevices];
+
+// ---------------------------------------------------------------- allocator
+struct Block {
+  uint64_t handle;
+  size_t nbytes;
+  c10::DeviceIndex device;
+};
+
+static std::atomic<uint64_t> g_next_handle{uint64_t(1) << 44};
+
+static void free_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  DeviceStats& s = g_stats[block->device];
+  s.allocated -= static_cast<int64_t>(block->nbytes);
+  s.num_frees += 1;
+  if (g_python_alive.load() && Py_IsInitialized() && !_Py_IsFinalizing()) {
+    py::gil_scoped_acquire gil;
+    PyObject* key = PyLong_FromUnsignedLongLong(block->handle);
+    if (PyDict_DelItem(g_registry, key) < 0) {
+      PyErr_Clear();  // never written: no buffer was created
+    }
+    Py_DECREF(key);
+  }
+  delete block;
+}
+
+struct NeuronAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = t_current_device;
+    // Every storage, even an empty one, gets a distinct handle so that data_ptr()
+    // identifies it (tied-weight detection, the registry key).
+    uint64_t span = (std::max<uint64_t>(nbytes, 1) + kAlign - 1) / kAlign * kAlign;
+    uint64_t handle = g_next_handle.fetch_add(span);
+    auto* block = new Block{handle, nbytes, device};
+    DeviceStats& s = g_stats[device];
+    int64_t now = (s.allocated += static_cast<int64_t>(nbytes));
+    int64_t peak = s.peak.load();
+    while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
+    }
+    s.num_allocs += 1;
+    return {reinterpret_cast<void*>(handle), block, &free_block,
+            c10::Device(c10::DeviceType::PrivateUse1, device)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return nullptr;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    call_python(g_copy_cb, reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
+  }
+};
+
+static NeuronAllocator g_allocator;
+
+// Re-points a storage at a fresh handle of `nbytes`, carrying the bytes over in Python.
+static void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  c10::DeviceIndex device = storage->device().index();
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = device < 0 ? 0 : device;
+  c10::DataPtr fresh = g_allocator.allocate(nbytes);
+  t_current_device = saved;
+  call_python(g_resize_cb, reinterpret_cast<uint64_t>(storage->data()), reinterpret_cast<uint64_t>(fresh.get()),
+              nbytes);
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
+// ---------------------------------------------------------------- pinned host memory
+// Host memory is host memory for PJRT's CPU client; "pinned" only has to be tracked so
+// that is_pinned() and DataLoader's pin_memory path behave as on CUDA.
+static std::mutex g_pinned_mutex;
+static std::unordered_set<const void*> g_pinned;
+
+static void free_pinned(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(ptr);
+  }
+  std::free(ptr);
+}
+
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nullptr;
+    if (nbytes > 0) {
+      ptr = std::aligned_alloc(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
+      TORCH_CHECK(ptr, "neuron: failed to allocate ", nbytes, " bytes of pinned host memory");
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(ptr);
+    }
+    return {ptr, ptr, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &free_pinned;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+static PinnedAllocator g_pinned_allocator;
+
+// ---------------------------------------------------------------- generator
+// Counter-based generator: Python derives a JAX PRNG key from (seed, offset) and
+// advances the offset by one per random op, so draws are reproducible and states are
+// two integers.
+struct NeuronGeneratorImpl : public c10::GeneratorImpl {
+  explicit NeuronGeneratorImpl(c10::DeviceIndex index)
+      : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, index),
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  uint64_t current_seed() const override {
+    return seed_;
+  }
+  uint64_t seed() override {
+    set_current_seed(c10::detail::getNonDeterministicRandom());
+    return seed_;
+  }
+  void set_offset(uint64_t offset) override {
+    offset_ = offset;
+  }
+  uint64_t get_offset() const override {
+    return offset_;
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto state = at::empty({16}, at::TensorOptions().dtype(at::kByte).device(at::kCPU));
+    auto* data = reinterpret_cast<uint64_t*>(state.data_ptr());
+    data[0] = seed_;
+    data[1] = offset_;
+    return state.getIntrusivePtr();
+  }
+  void set_state(const c10::TensorImpl& new_state) override {
+    TORCH_CHECK(new_state.numel() == 16 && new_state.dtype() == at::kByte,
+                "neuron generator state must be a uint8 tensor of 16 bytes, got ", new_state.numel(),
+                " elements of ", new_state.dtype());
+    const auto* data = static_cast<const uint64_t*>(new_state.data());
+    seed_ = data[0];
+    offset_ = data[1];
+  }
+  static c10::DeviceType device_type() {
+    return c10::DeviceType::PrivateUse1;
+  }
+
+ private:
+  NeuronGeneratorImpl* clone_impl() const override {
+    auto* gen = new NeuronGeneratorImpl(device().index());
+    gen->seed_ = seed_;
+    gen->offset_ = offset_;
+    return gen;
+  }
+  uint64_t seed_ = c10::default_rng_seed_val;
+  uint64_t offset_ = 0;
+};
+
+static const at::Generator& default_generator(c10::DeviceIndex index) {
+  static std::vector<at::Generator> generators;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    generators.resize(kMaxDevices);
+    for (int i = 0; i < kMaxDevices; ++i) {
+      generators[i] = at::make_generator<NeuronGeneratorImpl>(static_cast<c10::DeviceIndex>(i));
+    }
+  });
+  if (index < 0) index = t_current_device;
+  check_device(index);
+  return generators[index];
+}
+
+// ---------------------------------------------------------------- hooks
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override {
+    return true;
+  }
+  bool isAvailable() const override {
+    return device_count() > 0;
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    if (index < 0) index = t_current_device;
+    return at::make_generator<NeuronGeneratorImpl>(index);
+  }
+  at::Device getDeviceFromPtr(void* /*data*/) const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, t_current_device);
+  }
+  bool isPinnedPtr(const void* data) const override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return g_pinned.count(data) > 0;
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return &g_pinned_allocator;
+  }
+  bool hasPrimaryContext(c10::DeviceIndex /*index*/) const override {
+    return true;
+  }
+  c10::DeviceIndex deviceCount() const override {
+    return device_count();
+  }
+  void setCurrentDevice(c10::DeviceIndex index) const override {
+    check_device(index);
+    t_current_device = index;
+  }
+  c10::DeviceIndex getCurrentDevice() const override {
+    return t_current_device;
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
+    auto old = t_current_device;
+    setCurrentDevice(index);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
+    return exchangeDevice(index);
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    resize_storage_bytes(storage.unsafeGetStorageImpl(), newsize);
+  }
+};
+
+// ---------------------------------------------------------------- device guard
+// PJRT orders work on a device by data dependencies, so one default stream per device
+// keeps CUDA's stream semantics; events complete immediately.
+struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+  c10::DeviceType type() const override {
+    return static_type;
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(static_type, t_current_device);
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == static_type, "expected a neuron device, got ", d);
+    if (d.index() >= 0) {
+      check_device(d.index());
+      t_current_device = d.index();
+    }
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) t_current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return device_count();
+  }
+  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {}
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override {
+    return true;
+  }
+  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  bool queryStream(const c10::Stream& /*stream*/) const override {
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeEvent(void* /*event*/) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
+
+// ---------------------------------------------------------------- metadata-only kernels
+static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                      std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                      std::optional<bool> /*pin_memory*/,
+                                      std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
+              *layout);
+  c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
+  check_device(index);
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = index;
+  auto out = at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                       c10::dtype_or_default(dtype), memory_format);
+  t_current_device = saved;
+  return out;
+}
+
+static at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                                std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                std::optional<bool> /*pin_memory*/) {
+  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
+              *layout);
+  c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
+  check_device(index);
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = index;
+  auto out = at::detail::empty_strided_generic(size, stride, &g_allocator,
+                                               c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                               c10::dtype_or_default(dtype));
+  t_current_device = saved;
+  return out;
+}
+
+// Grows the storage (carrying its bytes) when the new geometry needs more of it.
+static void ensure_storage_nbytes(const at::Tensor& self, int64_t needed) {
+  c10::StorageImpl* storage = self.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  if (needed > static_cast<int64_t>(storage->nbytes())) {
+    resize_storage_bytes(storage, static_cast<size_t>(needed));
+  }
+}
+
+static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                                 std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  int64_t offset = impl->storage_offset();
+  impl->set_sizes_contiguous(size);
+  auto fmt = memory_format.value_or(at::MemoryFormat::Contiguous);
+  if (fmt != at::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(fmt);
+  }
+  int64_t needed = (offset + static_cast<int64_t>(at::detail::computeStorageNbytes(
+                                 impl->sizes(), impl->strides(), 1))) * static_cast<int64_t>(self.itemsize());
+  if (self.numel() > 0) ensure_storage_nbytes(self, needed);
+  return self;
+}
+
+static at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!impl->storage().is_alias_of(source)) {
+    impl->set_storage_keep_dtype(std::move(source));
+  }
+  impl->set_storage_offset(offset);
+  at::OptionalIntArrayRef stride_opt = stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
+  if (stride_opt.has_value()) {
+    impl->set_sizes_and_strides(size, *stride_opt);
+  } else {
+    impl->set_sizes_contiguous(size);
+  }
+  if (self.numel() > 0) {
+    int64_t needed = (offset + static_cast<int64_t>(at::detail::computeStorageNbytes(
+                                   impl->sizes(), impl->strides(), 1))) * static_cast<int64_t>(self.itemsize());
+    ensure_storage_nbytes(self, needed);
+  }
+  return self;
+}
+
+static at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+static at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+static at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, /*resizable=*/true);
+  return set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+}
+
+// ---------------------------------------------------------------- Python bindings
+static void set_callbacks(py::object registry, py::object resize_cb, py::object copy_cb, py::object count_cb) {
+  g_registry = registry.release().ptr();
+  g_resize_cb = resize_cb.release().ptr();
+  g_copy_cb = copy_cb.release().ptr();
+  g_count_cb = count_cb.release().ptr();
+  g_python_alive.store(true);
+}
+
+// (storage handle, sizes, strides, storage offset, dtype, device index) of a tensor,
+// in one call because it runs for every tensor argument of every op.
+static py::tuple tensor_meta(const at::Tensor& t) {
+  auto* impl = t.unsafeGetTensorImpl();
+  const auto& storage = impl->unsafe_storage();
+  py::tuple sizes(t.dim());
+  py::tuple strides(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    sizes[i] = py::int_(t.size(i));
+    strides[i] = py::int_(t.stride(i));
+  }
+  return py::make_tuple(reinterpret_cast<uint64_t>(storage.data()), sizes, strides, impl->storage_offset(),
+                        py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()))),
+                        static_cast<int>(t.device().index()),
+                        storage.nbytes());
+}
+
+static py::dict device_stats(int index) {
+  TORCH_CHECK(index >= 0 && index < kMaxDevices, "neuron: invalid device index ", index);
+  DeviceStats& s = g_stats[index];
+  py::dict d;
+  d["allocated_bytes.all.current"] = s.allocated.load();
+  d["allocated_bytes.all.peak"] = s.peak.load();
+  d["allocation.all.allocated"] = s.num_allocs.load();
+  d["allocation.all.freed"] = s.num_frees.load();
+  return d;
+}
+
+static void reset_peak(int index) {
+  TORCH_CHECK(index >= 0 && index < kMaxDevices, "neuron: invalid device index ", index);
+  g_stats[index].peak.store(g_stats[index].allocated.load());
+}
+
+static void python_shutdown() {
+  g_python_alive.store(false);
+}
+
+static bool g_hooks_registered = false;
+
+static void register_hooks() {
+  if (g_hooks_registered) return;
+  at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
+  g_hooks_registered = true;
+}
+
+}  // namespace torchneuron
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace torchneuron;
+  m.def("register_hooks", &register_hooks);
+  m.def("set_callbacks", &set_callbacks);
+  m.def("tensor_meta", &tensor_meta);
+  m.def("device_stats", &device_stats);
+  m.def("reset_peak", &reset_peak);
+  m.def("python_shutdown", &python_shutdown);
+  m.def("set_device_count", [](int n) { g_device_count.store(n); });
+  m.def("current_device", []() { return static_cast<int>(t_current_device); });
+  m.def("set_device", [](int index) {
+    check_device(static_cast<c10::DeviceIndex>(index));
+    t_current_device = static_cast<c10::DeviceIndex>(index);
+  });
+  m.def("default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
+  });
+}

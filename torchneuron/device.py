@@ -1,0 +1,284 @@
+"""`torch.neuron`: the CUDA-style device module of the `neuron` device.
+
+Follows the `torch.cuda` API: device selection, synchronization, seeding and RNG
+state, memory statistics, device properties, streams and events.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from . import _extension
+
+_DeviceLike = Union[int, str, torch.device, None]
+
+
+def _index(device: _DeviceLike = None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {device}")
+    return current_device() if device.index is None else device.index
+
+
+def _shim():
+    return _extension.load()
+
+
+def is_available() -> bool:
+    """True when the PJRT platform has at least one device."""
+    try:
+        return device_count() > 0
+    except RuntimeError:
+        return False
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """Initializes the PJRT client (done lazily by the first device use otherwise)."""
+    device_count()
+
+
+def device_count() -> int:
+    """Number of `neuron` devices: the PJRT devices of `TORCHNEURON_PLATFORM`."""
+    from .runtime import pjrt
+
+    return pjrt.device_count()
+
+
+def current_device() -> int:
+    return _shim().current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    """Makes `device` current for this thread; RuntimeError for an invalid index."""
+    _shim().set_device(_index(device))
+
+
+class device:
+    """Context manager that changes the current `neuron` device (`torch.cuda.device`)."""
+
+    def __init__(self, device: _DeviceLike):
+        self.index = _index(device) if device is not None else None
+
+    def __enter__(self):
+        self.prev = current_device()
+        if self.index is not None:
+            set_device(self.index)
+
+    def __exit__(self, *exc):
+        set_device(self.prev)
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Blocks until all queued work has finished; raises pending device-side errors."""
+    from .eager.host_kernels import synchronize as _sync
+
+    _sync()
+
+
+# ------------------------------------------------------------------ random numbers
+def _generator(device: _DeviceLike = None) -> torch.Generator:
+    return _shim().default_generator(_index(device))
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's default generator."""
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seeds every device's default generator (called by `torch.manual_seed`)."""
+    for i in range(device_count()):
+        _generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    """Seeds the current device's generator with a non-deterministic number."""
+    _generator().seed()
+
+
+def seed_all() -> None:
+    for i in range(device_count()):
+        _generator(i).seed()
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device: _DeviceLike = None) -> torch.Tensor:
+    """The generator state of `device`: a uint8 CPU tensor (seed, offset)."""
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = None) -> None:
+    _generator(device).set_state(new_state)
+
+
+def get_rng_state_all():
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+# ------------------------------------------------------------------ memory
+def memory_stats(device: _DeviceLike = None) -> Dict[str, Any]:
+    """Allocator statistics in bytes and counts, keyed like `torch.cuda.memory_stats`."""
+    return dict(_shim().device_stats(_index(device)))
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    """Bytes held by live `neuron` storages of `device`."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    """Peak of `memory_allocated` since start or the last `reset_peak_memory_stats`."""
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _shim().reset_peak(_index(device))
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    """Bytes reserved: PJRT frees buffers on release, so this equals `memory_allocated`."""
+    return memory_allocated(device)
+
+
+def empty_cache() -> None:
+    """Releases cached executables' scratch; buffers are freed as storages die."""
+    import gc
+
+    gc.collect()
+
+
+# ------------------------------------------------------------------ properties
+_Properties = namedtuple("_Properties", ["name", "platform", "total_memory", "index"])
+
+
+def get_device_properties(device: _DeviceLike = None):
+    """Name, PJRT platform, total memory in bytes (0 if the platform does not say)."""
+    from .runtime import pjrt
+
+    d = pjrt.device(_index(device))
+    stats = {}
+    try:
+        stats = d.memory_stats() or {}
+    except Exception:  # some PJRT plugins do not implement memory_stats
+        stats = {}
+    return _Properties(d.device_kind, d.platform, int(stats.get("bytes_limit", 0)), _index(device))
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _DeviceLike = None):
+    return (0, 0)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype():
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+# ------------------------------------------------------------------ streams and events
+class Stream:
+    """A `neuron` stream. PJRT orders work by data dependencies, so every stream is the
+    device's one in-order queue; `synchronize` waits for all queued work."""
+
+    def __init__(self, device: _DeviceLike = None, priority: int = 0, **kwargs):
+        self.device = torch.device("neuron", _index(device))
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def wait_event(self, event: "Event") -> None:
+        pass
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class Event:
+    """A `neuron` event; `elapsed_time` measures host time between synchronized records (ms)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self.enable_timing = enable_timing
+        self._time = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        import time
+
+        synchronize()
+        self._time = time.perf_counter()
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def elapsed_time(self, end: "Event") -> float:
+        if self._time is None or end._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end._time - self._time) * 1000.0
+
+
+_streams: Dict[int, Stream] = {}
+
+
+def current_stream(device: _DeviceLike = None) -> Stream:
+    index = _index(device)
+    if index not in _streams:
+        _streams[index] = Stream(index)
+    return _streams[index]
+
+
+default_stream = current_stream
+
+
+def stream(s: Optional[Stream]):
+    return s if s is not None else current_stream()
+
+
+def set_stream(s: Stream) -> None:
+    pass

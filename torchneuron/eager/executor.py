@@ -1,0 +1,529 @@
+"""Eager execution: one ATen call on `neuron` tensors -> one cached XLA executable.
+
+An `OpKernel` is registered on PrivateUse1 for each ATen overload that has a lowering
+(directly, or derived for in-place and `out=` overloads from the functional one). A
+call builds a key from the op's static arguments and each tensor's geometry
+(shape, strides, storage offset, dtype, which storage), looks up the executable, and
+runs it on the flat storage buffers. The executable reads every view out of its
+storage, runs the lowering, and writes results back into mutated storages (donated to
+XLA) or returns new flat buffers for new tensors. Dispatch is asynchronous: nothing
+waits for the device until a synchronization point.
+
+On a cache miss, PyTorch's own meta kernel for the overload runs first: it raises
+exactly the errors CPU raises for bad shapes and dtypes, and it gives the output
+shapes, dtypes and strides that the executable then produces.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from .. import _extension
+from ..ops.registry import LOWERINGS, Context, Lowering, OutSpec, tracing
+from ..runtime import checks, dtypes, pjrt, storage, views
+
+# Argument kinds, from the schema.
+TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
+
+_tensor_meta = None  # the C++ shim's tensor_meta, bound at install time
+
+warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+
+
+def _kind(arg) -> int:
+    t = arg.type
+    s = str(t)
+    if s in ("Tensor", "Tensor?"):
+        return TENSOR
+    if s in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
+        return TENSOR_LIST
+    if s in ("Scalar", "Scalar?", "float", "float?", "number", "complex"):
+        return DYNAMIC
+    if s in ("Scalar[]", "float[]", "List[number]", "List[float]"):
+        return DYNAMIC_LIST
+    if s in ("Generator?", "Generator"):
+        return GENERATOR
+    return STATIC
+
+
+def _is_write(arg) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpOverload]:
+    """The functional overload whose lowering computes an in-place or out= overload:
+    ``add_.Tensor -> add.Tensor``, ``add.out -> add.Tensor``; None if there is none."""
+    schema = op._schema
+    name = schema.name.split("::")[1]
+    if name.endswith("_") and schema.arguments and _is_write(schema.arguments[0]):
+        packet = getattr(torch.ops.aten, name[:-1], None)
+        if packet is None:
+            return None
+        cand = getattr(packet, schema.overload_name or "default", None)
+        return cand
+    outs = [a for a in schema.arguments if a.kwarg_only and _is_write(a)]
+    if not outs:
+        return None
+    inputs = [(a.name, str(a.type)) for a in schema.arguments if not (a.kwarg_only and _is_write(a))]
+    packet = getattr(torch.ops.aten, name)
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        if any(_is_write(a) for a in ov._schema.arguments):
+            continue
+        if [(a.name, str(a.type)) for a in ov._schema.arguments] == inputs:
+            return ov
+    return None
+
+
+class _Entry:
+    """A compiled executable and what the executor needs to use its outputs."""
+
+    __slots__ = ("fn", "writes", "skip", "fresh", "checks")
+
+    def __init__(self, fn, writes, skip, fresh, checks_):
+        self.fn = fn
+        self.writes = writes  # storage slots whose buffers the executable replaces
+        self.skip = skip  # storage slots only overwritten whole: their old buffer is not passed
+        self.fresh = fresh  # [(shape, stride, torch dtype)] of new output tensors
+        self.checks = checks_  # [(exc_type, message)] per device-side check flag
+
+
+class OpKernel:
+    """The PrivateUse1 kernel of one ATen overload. Callable as the dispatcher calls
+    Python kernels: ``kernel(*args, **kwargs)`` in schema order."""
+
+    def __init__(self, op: torch._ops.OpOverload, lowering: Lowering, mode: str):
+        self.op = op
+        self.lowering = lowering
+        self.mode = mode  # "functional" | "inplace" | "out" | "mutating"
+        args = op._schema.arguments
+        self.names = [a.name for a in args]
+        self.kinds = [_kind(a) for a in args]
+        self.defaults = [a.default_value if a.has_default_value() else None for a in args]
+        self.writes = [i for i, a in enumerate(args) if _is_write(a)]
+        self.out_idx = [i for i, a in enumerate(args) if a.kwarg_only and _is_write(a)] if mode == "out" else []
+        self.in_idx = [i for i in range(len(args)) if i not in self.out_idx]
+        for i, a in enumerate(args):
+            if a.name in lowering.static and self.kinds[i] in (DYNAMIC, DYNAMIC_LIST):
+                self.kinds[i] = STATIC
+        self.return_src = []  # per schema return: index of the argument it aliases, or None
+        for r in op._schema.returns:
+            src = None
+            if r.alias_info is not None:
+                for i, a in enumerate(args):
+                    if a.alias_info is not None and set(a.alias_info.before_set) & set(r.alias_info.before_set):
+                        src = i
+            self.return_src.append(src)
+        self.single_list = len(op._schema.returns) == 1 and str(op._schema.returns[0].type) != "Tensor"
+        self.cache: Dict[tuple, _Entry] = {}
+
+    # ------------------------------------------------------------------ call path
+    def __call__(self, *args, **kwargs):
+        values = list(args)
+        n = len(self.names)
+        if len(values) < n:
+            for i in range(len(values), n):
+                values.append(kwargs.get(self.names[i], self.defaults[i]))
+        key, tensors, dyn, device = self._signature(values)
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self._compile(key, values, tensors, dyn, device)
+            if entry is None:  # out= tensors were resized: their geometry changed
+                key, tensors, dyn, device = self._signature(values)
+                entry = self.cache.get(key) or self._compile(key, values, tensors, dyn, device)
+        return self._run(entry, values, tensors, dyn, device)
+
+    def _signature(self, values):
+        """(cache key, [tensor metas], [dynamic values], device index)."""
+        key = []
+        tensors = []  # (tensor, meta)
+        dyn = []
+        device = None
+        cpu_scalar_seen = None
+        slots: Dict[int, int] = {}
+        for kind, v, default in zip(self.kinds, values, self.defaults):
+            if kind == TENSOR:
+                if v is None:
+                    key.append(None)
+                    continue
+                if not isinstance(v, torch.Tensor):  # a wrapped Python number
+                    key.append(("s", type(v)))
+                    dyn.append(v)
+                    continue
+                device, cpu_scalar_seen = self._add_tensor(v, key, tensors, dyn, slots, device, cpu_scalar_seen)
+            elif kind == TENSOR_LIST:
+                sub = []
+                for t in v:
+                    if t is None:
+                        sub.append(None)
+                    else:
+                        device, cpu_scalar_seen = self._add_tensor(t, sub, tensors, dyn, slots, device,
+                                                                   cpu_scalar_seen)
+                key.append(tuple(sub))
+            elif kind == DYNAMIC:
+                if v is None:
+                    key.append(None)
+                elif _is_default(v, default):
+                    key.append(("v", v))
+                else:
+                    if isinstance(v, torch.Tensor):
+                        v = v.item()
+                    key.append(("s", type(v)))
+                    dyn.append(v)
+            elif kind == DYNAMIC_LIST:
+                key.append(tuple(("s", type(x)) for x in v))
+                dyn.extend(v)
+            elif kind == GENERATOR:
+                key.append("g")
+            else:
+                key.append(_freeze(v))
+        if device is None:
+            device = _extension.load().current_device()
+        if cpu_scalar_seen is not None and not tensors:
+            raise RuntimeError(f"{self.op}: expected a neuron tensor argument")
+        return tuple(key), tensors, dyn, device
+
+    def _add_tensor(self, t, key, tensors, dyn, slots, device, cpu_seen):
+        if t.device.type != "neuron":
+            if t.dim() == 0 and t.device.type == "cpu":
+                # CUDA semantics: a 0-dim CPU tensor is a scalar argument.
+                key.append(("c", t.dtype))
+                dyn.append(np.asarray(dtypes.numpy_view(t.detach())))
+                return device, t
+            other = f"neuron:{device}" if device is not None else "neuron:0"
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{other} and {t.device}! (when checking argument for {self.op})")
+        meta = _tensor_meta(t)
+        handle, shape, stride, offset, dtype, index, nbytes = meta
+        if device is None:
+            device = index
+        elif index != device:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"neuron:{device} and neuron:{index}! (when checking argument for {self.op})")
+        slot = slots.get(handle)
+        buf = storage.buffers.get(handle)
+        if slot is None:
+            slot = slots[handle] = len(slots)
+        key.append((slot, shape, stride, offset, dtype, nbytes, dtype if buf is None else buf.dtype))
+        tensors.append((t, meta))
+        return device, cpu_seen
+
+    def _run(self, entry: _Entry, values, tensors, dyn, device):
+        handles = []
+        seen = set()
+        for t, meta in tensors:
+            h = meta[0]
+            if h not in seen:
+                seen.add(h)
+                handles.append((h, meta))
+        inputs = []
+        skip = entry.skip
+        for slot, (h, meta) in enumerate(handles):
+            if slot not in skip:
+                inputs.append(storage.buffer(h, meta[6], dtypes.to_jax(meta[4]), device))
+        inputs.extend(dyn)
+        if self.lowering.random:
+            inputs.extend(_rng_state(values, self.kinds, device))
+        outs = entry.fn(*inputs)
+        n_w = len(entry.writes)
+        for i, slot in enumerate(entry.writes):
+            storage.buffers[handles[slot][0]] = outs[i]
+        results = []
+        k = n_w
+        for shape, stride, dtype in entry.fresh:
+            t = torch.empty_strided(shape, stride, dtype=dtype, device=torch.device("neuron", device))
+            storage.buffers[t.data_ptr()] = outs[k]
+            results.append(t)
+            k += 1
+        for exc_type, message in entry.checks:
+            checks.add(outs[k], exc_type, message)
+            k += 1
+        return self._returns(values, results)
+
+    def _returns(self, values, results):
+        if not self.return_src:
+            return None
+        if self.single_list and self.return_src[0] is None:
+            return results
+        it = iter(results)
+        out = [next(it) if src is None else values[src] for src in self.return_src]
+        return out[0] if len(out) == 1 else tuple(out)
+
+    # ------------------------------------------------------------------ compile path
+    def _compile(self, key, values, tensors, dyn, device) -> _Entry:
+        metas_out = self._meta(values)
+        if self.mode == "out":
+            resized = False
+            for i, m in zip(self.out_idx, metas_out):
+                if m is not None and tuple(values[i].shape) != tuple(m[0]):
+                    values[i].resize_(m[0])
+                    resized = True
+            if resized:
+                return None
+        # Plan how each argument is rebuilt inside the trace.
+        slots: Dict[int, int] = {}
+        geometry = []
+        for t, meta in tensors:
+            handle, shape, stride, offset, dtype, index, nbytes = meta
+            slot = slots.setdefault(handle, len(slots))
+            geometry.append((slot, shape, stride, offset, dtypes.to_jax(dtype)))
+        n_slots = len(slots)
+        lengths = {}
+        buf_dtypes = {}
+        for (t, meta) in tensors:
+            slot = slots[meta[0]]
+            buf = storage.buffers.get(meta[0])
+            bdt = buf.dtype if buf is not None else dtypes.to_jax(meta[4])
+            buf_dtypes[slot] = bdt
+            lengths[slot] = meta[6] // np.dtype(bdt).itemsize
+
+        write_targets = self._write_targets(values, tensors, slots)
+        write_slots = sorted({w[1] for w in write_targets})
+        read_slots = {geometry[j][0] for j, (t, meta) in enumerate(tensors) if not self._is_out_tensor(values, t)}
+        skip = set()
+        for path, slot, shape, stride, offset, dt, src in write_targets:
+            covers = (offset == 0 and views.is_contiguous(shape, stride)
+                      and int(np.prod(shape)) == lengths[slot] and buf_dtypes[slot] == dt)
+            if slot not in read_slots and covers:
+                skip.add(slot)
+        fresh_specs = [] if self.mode in ("inplace", "out") else [m for m in metas_out if m is not None]
+        lowering = self.lowering
+        kinds = self.kinds
+        defaults = self.defaults
+        in_idx = self.in_idx
+        mode = self.mode
+        names = self.names
+        n_dyn = len(dyn)
+        static_values = list(values)
+        check_info = []
+
+        n_in = n_slots - len(skip)
+
+        def traced(*inputs):
+            it_in = iter(inputs[:n_in])
+            bufs = [None if s in skip else next(it_in) for s in range(n_slots)]
+            dvals = list(inputs[n_in:n_in + n_dyn])
+            rng = inputs[n_in + n_dyn:]
+            it_geo = iter(geometry)
+            it_dyn = iter(dvals)
+
+            def tensor(v):
+                if not isinstance(v, torch.Tensor):
+                    return next(it_dyn)
+                if v.device.type != "neuron":
+                    return jnp.asarray(next(it_dyn))
+                slot, shape, stride, offset, dt = next(it_geo)
+                return views.read(bufs[slot], dt, shape, stride, offset)
+
+            args = []
+            for i in in_idx:
+                kind, v = kinds[i], static_values[i]
+                if kind == TENSOR:
+                    args.append(None if v is None else tensor(v))
+                elif kind == TENSOR_LIST:
+                    args.append([None if x is None else tensor(x) for x in v])
+                elif kind == DYNAMIC:
+                    args.append(v if v is None or _is_default(v, defaults[i]) else next(it_dyn))
+                elif kind == DYNAMIC_LIST:
+                    args.append([next(it_dyn) for _ in v])
+                elif kind == GENERATOR:
+                    args.append(None)
+                else:
+                    args.append(v)
+            ctx = Context(outs=[None if m is None else OutSpec(m[0], dtypes.to_jax(m[2])) for m in metas_out],
+                          rng=tuple(rng) if rng else None)
+            with tracing(ctx):
+                result = lowering.fn(*args)
+            updates = {}
+            if mode == "mutating":
+                result, updates = result
+            results = _as_list(result)
+            new_bufs = dict()
+            for spec in write_targets:
+                path, slot, shape, stride, offset, dt, src = spec
+                if src[0] == "out":
+                    value = results[src[1]]
+                    if isinstance(value, (list, tuple)):
+                        value = value[src[2]]
+                else:
+                    value = updates[src[1]]
+                    if src[2] is not None:
+                        value = value[src[2]]
+                base = new_bufs.get(slot, bufs[slot])
+                new_bufs[slot] = views.write(base, lengths[slot], dt, shape, stride, offset, value)
+            outs = [new_bufs[s] for s in write_slots]
+            flat_results = _flatten(results) if mode not in ("inplace", "out") else []
+            for r, m in zip(flat_results, [m for m in metas_out if m is not None]):
+                outs.append(_to_layout(jnp.asarray(r).astype(dtypes.to_jax(m[2])), m[0], m[1]))
+            for ok, exc_type, message in ctx.checks:
+                check_info.append((exc_type, message))
+                outs.append(ok)
+            return tuple(outs)
+
+        live = [s for s in range(n_slots) if s not in skip]
+        donate = tuple(live.index(s) for s in write_slots if s not in skip)
+        example = self._example_inputs(tensors, dyn, values, device, skip)
+        fn = jax.jit(traced, donate_argnums=donate).lower(*example).compile()
+        entry = _Entry(fn, write_slots, skip, [(m[0], _dense_stride(m[0], m[1]), m[2]) for m in fresh_specs],
+                       check_info)
+        self.cache[key] = entry
+        return entry
+
+    def _is_out_tensor(self, values, t):
+        return any(values[i] is t for i in self.out_idx)
+
+    def _example_inputs(self, tensors, dyn, values, device, skip):
+        seen = {}
+        ins = []
+        for t, meta in tensors:
+            if meta[0] in seen:
+                continue
+            seen[meta[0]] = len(seen)
+            if seen[meta[0]] not in skip:
+                ins.append(storage.buffer(meta[0], meta[6], dtypes.to_jax(meta[4]), device))
+        ins.extend(dyn)
+        if self.lowering.random:
+            ins.extend(_rng_state(values, self.kinds, device, advance=False))
+        return ins
+
+    def _write_targets(self, values, tensors, slots):
+        """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
+        op writes; source is ("out", result index, list index) or ("upd", name, index)."""
+        targets = []
+
+        def add(t, path, src):
+            meta = _tensor_meta(t)
+            targets.append((path, slots[meta[0]], meta[1], meta[2], meta[3], dtypes.to_jax(meta[4]), src))
+
+        if self.mode == "inplace":
+            v = values[0]
+            if isinstance(v, torch.Tensor):
+                add(v, (0,), ("out", 0, None))
+            else:
+                for j, t in enumerate(v):
+                    add(t, (0, j), ("out", j, None))
+        elif self.mode == "out":
+            for r, i in enumerate(self.out_idx):
+                add(values[i], (i,), ("out", r, None))
+        elif self.mode == "mutating":
+            for i in self.writes:
+                v = values[i]
+                if v is None:
+                    continue
+                if isinstance(v, torch.Tensor):
+                    add(v, (i,), ("upd", self.names[i], None))
+                else:
+                    for j, t in enumerate(v):
+                        add(t, (i, j), ("upd", self.names[i], j))
+        return targets
+
+    def _meta(self, values) -> List[Optional[Tuple[tuple, tuple, torch.dtype]]]:
+        """Runs PyTorch's meta kernel: raises CPU's errors; returns (shape, stride,
+        dtype) per tensor output (flattened over Tensor[] outputs)."""
+        def to_meta(v):
+            if isinstance(v, torch.Tensor):
+                return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            if isinstance(v, (list, tuple)):
+                return type(v)(to_meta(x) for x in v)
+            if isinstance(v, torch.Generator):
+                return None
+            return v
+
+        margs = [to_meta(v) for v in values]
+        schema_args = self.op._schema.arguments
+        pos = [m for m, a in zip(margs, schema_args) if not a.kwarg_only]
+        kw = {a.name: m for m, a in zip(margs, schema_args) if a.kwarg_only}
+        try:
+            out = self.op(*pos, **kw)
+        except NotImplementedError:
+            return self._meta_from_lowering(values)
+        if self.mode == "inplace":
+            outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
+        elif self.mode == "out":
+            outs = [margs[i] for i in self.out_idx]
+        else:
+            rets = _as_list(out) if len(self.return_src) != 1 else [out]
+            outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
+        return [None if o is None else (tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
+
+    def _meta_from_lowering(self, values):
+        raise NotImplementedError(f"{self.op} has no meta kernel")
+
+
+def _dense_stride(shape, stride):
+    """`stride` if it is a dense permutation of `shape`, else contiguous strides."""
+    order = sorted(range(len(shape)), key=lambda d: -stride[d])
+    expected = 1
+    ok = True
+    for d in reversed(order):
+        if shape[d] != 1 and stride[d] != expected:
+            ok = False
+            break
+        expected *= shape[d]
+    if ok:
+        return tuple(stride)
+    return tuple(torch.empty(shape, device="meta").stride())
+
+
+def _to_layout(value, shape, stride):
+    """Flattens `value` in the memory order given by `stride` (dense layouts only)."""
+    stride = _dense_stride(shape, stride)
+    value = jnp.broadcast_to(value, shape)
+    order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    if order != list(range(len(shape))):
+        value = jnp.transpose(value, order)
+    return value.reshape(-1)
+
+
+def _as_list(result):
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    return [result]
+
+
+def _flatten(results):
+    out = []
+    for r in results:
+        if isinstance(r, (list, tuple)):
+            out.extend(r)
+        else:
+            out.append(r)
+    return out
+
+
+def _is_default(v, default) -> bool:
+    return default is not None and type(v) is type(default) and v == default
+
+
+def _freeze(v):
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _at(values, path):
+    v = values[path[0]]
+    for p in path[1:]:
+        v = v[p]
+    return v
+
+
+def _rng_state(values, kinds, device, advance=True):
+    gen = None
+    for kind, v in zip(kinds, values):
+        if kind == GENERATOR and v is not None:
+            gen = v
+    if gen is None:
+        gen = _extension.load().default_generator(device)
+    seed = gen.initial_seed()
+    offset = gen.get_offset()
+    if advance:
+        gen.set_offset(offset + 1)
+    return [np.uint64(seed), np.uint64(offset)]

@@ -1,0 +1,70 @@
+"""Registers the eager kernels on PrivateUse1: lowered ops, derived in-place and out=
+variants, host kernels, and the fallback for everything else."""
+from __future__ import annotations
+
+import torch
+
+from .. import _extension
+from ..ops import fallback, registry
+from . import executor, host_kernels
+
+_libs = []
+#: OpOverload -> the kernel registered for it (used by tests and the coverage report).
+KERNELS: dict = {}
+
+
+def _is_composite_implicit(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+def _variants(op: torch._ops.OpOverload):
+    """In-place and out= overloads computed by `op`'s lowering."""
+    name = op._schema.name.split("::")[1]
+    packets = [getattr(torch.ops.aten, name, None), getattr(torch.ops.aten, name + "_", None)]
+    for packet in packets:
+        if packet is None:
+            continue
+        for ov_name in packet.overloads():
+            ov = getattr(packet, ov_name)
+            if ov is op or ov in registry.LOWERINGS:
+                continue
+            if executor.functional_counterpart(ov) is op:
+                yield ov
+
+
+def install() -> None:
+    """Registers every kernel. Idempotent."""
+    if _libs:
+        return
+    shim = _extension.load()
+    executor._tensor_meta = shim.tensor_meta
+    host_kernels._tensor_meta = shim.tensor_meta
+    # Import the lowering modules so they fill the table.
+    from .. import ops as _ops  # noqa: F401
+
+    lib = torch.library.Library("aten", "IMPL")
+    _libs.append(lib)
+
+    def register(op, kernel):
+        if op in KERNELS or _is_composite_implicit(op):
+            return
+        lib.impl(op, kernel, "PrivateUse1")
+        KERNELS[op] = kernel
+
+    host_kernels._device_copy = executor.OpKernel(
+        torch.ops.aten.copy_.default, registry.LOWERINGS[torch.ops.aten.copy.default], "inplace")
+    for op, fn in host_kernels.KERNELS.items():
+        register(op, fn)
+    for op, low in list(registry.LOWERINGS.items()):
+        if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+            if low.mutates:
+                register(op, executor.OpKernel(op, low, "mutating"))
+            continue
+        register(op, executor.OpKernel(op, low, "functional"))
+        for variant in _variants(op):
+            mode = "out" if any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+                                for a in variant._schema.arguments) else "inplace"
+            register(variant, executor.OpKernel(variant, low, mode))
+    fb = torch.library.Library("_", "IMPL")
+    _libs.append(fb)
+    fb.fallback(fallback.run, "PrivateUse1")

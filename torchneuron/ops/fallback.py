@@ -1,0 +1,128 @@
+"""What runs an ATen op that has no lowering: PyTorch's decomposition, else the CPU.
+
+Resolution order (DESIGN.md): native lowering -> PyTorch's own decomposition from
+`torch._decomp` -> boxed CPU fallback. The CPU fallback copies `neuron` arguments to
+the CPU, runs the op there, and copies results (and mutated arguments) back. It warns
+once per op, counts every call (`torchneuron.fallback_ops()`), and raises
+NotImplementedError instead when `TORCHNEURON_STRICT=1`.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import warnings
+
+import torch
+from torch._decomp import decomposition_table
+
+from .. import config
+
+_counts: collections.Counter = collections.Counter()
+_warned: set = set()
+_local = threading.local()
+
+
+def fallback_ops() -> dict:
+    """{op name: number of calls} for every op that ran through the CPU fallback."""
+    return dict(_counts)
+
+
+def reset() -> None:
+    _counts.clear()
+
+
+def _to_cpu(v):
+    if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+        return v.cpu()
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_cpu(x) for x in v)
+    if isinstance(v, torch.device) and v.type == "neuron":
+        return torch.device("cpu")
+    return v
+
+
+def _device_of(args, kwargs):
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+            return v.device
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor) and x.device.type == "neuron":
+                    return x.device
+        if isinstance(v, torch.device) and v.type == "neuron":
+            return v
+    return torch.device("neuron", 0)
+
+
+def _decomposition(op):
+    if getattr(_local, "active", None) is op:
+        return None  # a decomposition that calls its own op would recurse
+    return decomposition_table.get(op)
+
+
+def run(op: torch._ops.OpOverload, *args, **kwargs):
+    """The PrivateUse1 fallback kernel: decomposition if PyTorch has one, else CPU."""
+    decomp = _decomposition(op)
+    if decomp is not None:
+        prev = getattr(_local, "active", None)
+        _local.active = op
+        try:
+            out = decomp(*args, **kwargs)
+        finally:
+            _local.active = prev
+        if out is not NotImplemented:
+            return out
+    return cpu_fallback(op, *args, **kwargs)
+
+
+def cpu_fallback(op: torch._ops.OpOverload, *args, **kwargs):
+    """Runs `op` on CPU copies of its arguments; mutated arguments are written back."""
+    name = str(op)
+    if config.STRICT:
+        raise NotImplementedError(
+            f"torchneuron: {name} has no lowering on neuron and TORCHNEURON_STRICT=1 forbids the CPU fallback")
+    _counts[name] += 1
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"torchneuron: {name} runs through the CPU fallback (no lowering on neuron yet)",
+                      stacklevel=2)
+    device = _device_of(args, kwargs)
+    cargs = _to_cpu(args)
+    ckwargs = {k: _to_cpu(v) for k, v in kwargs.items()}
+    out = op(*cargs, **ckwargs)
+    schema = op._schema
+    # Write mutated arguments back and map aliased returns to the original tensors.
+    originals = {}
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        orig = args[i] if i < len(args) else kwargs.get(a.name)
+        new = cargs[i] if i < len(cargs) else ckwargs.get(a.name)
+        if orig is None:
+            continue
+        if isinstance(orig, torch.Tensor):
+            _write_back(orig, new)
+            originals[id(new)] = orig
+        else:
+            for o, n in zip(orig, new):
+                _write_back(o, n)
+                originals[id(n)] = o
+
+    def back(v):
+        if isinstance(v, torch.Tensor):
+            if id(v) in originals:
+                return originals[id(v)]
+            return v.to(device)
+        if isinstance(v, (list, tuple)):
+            return type(v)(back(x) for x in v)
+        return v
+
+    return back(out)
+
+
+def _write_back(orig: torch.Tensor, new: torch.Tensor) -> None:
+    if orig.device.type != "neuron":
+        return
+    if orig.shape != new.shape:
+        orig.resize_(new.shape)
+    orig.copy_(new)

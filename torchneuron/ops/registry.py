@@ -1,0 +1,125 @@
+"""The lowering table: ATen overload -> JAX function. One table for eager and compile.
+
+A lowering is a pure JAX function called with the ATen overload's arguments in schema
+order: tensors arrive as JAX arrays (already read out of their strided storage),
+`Scalar` and `float` arguments as JAX scalars or Python numbers, everything else as
+the Python value. It returns the op's outputs (an array, or a tuple/list of them).
+
+Lowerings registered with ``mutates=True`` are for overloads that write some of their
+arguments (``_fused_adamw_``, ``native_batch_norm``'s running statistics): they return
+``(outputs, {arg_name: new_value})``. In-place (``add_``) and ``out=`` (``add.out``)
+overloads need no lowering of their own: the executor derives them from the functional
+overload's lowering through the op schema.
+
+While a lowering runs, `context()` describes the call: the output dtypes and shapes
+PyTorch computed (from meta kernels in eager, fake tensors in compile), a PRNG key for
+random ops, and a place to report device-side checks (out-of-range indices).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import torch
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Lowering:
+    """A registered lowering: the JAX function and how the executor must call it."""
+
+    fn: Callable
+    mutates: bool = False  # returns (outputs, {arg_name: new value})
+    random: bool = False  # needs context().rng_key()
+    static: Tuple[str, ...] = ()  # float/Scalar arguments that must be Python values
+
+
+LOWERINGS: Dict[torch._ops.OpOverload, Lowering] = {}
+
+
+def _overloads(op) -> List[torch._ops.OpOverload]:
+    if isinstance(op, torch._ops.OpOverload):
+        return [op]
+    out = []
+    for name in op.overloads():
+        ov = getattr(op, name)
+        if not any(a.alias_info is not None and a.alias_info.is_write for a in ov._schema.arguments):
+            out.append(ov)
+    return out
+
+
+def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = ()):
+    """Registers `fn` as the lowering of `ops` (OpOverloads, or packets meaning all of
+    their functional overloads). Returns `fn` unchanged."""
+
+    def register(fn):
+        for op in ops:
+            for ov in _overloads(op):
+                LOWERINGS[ov] = Lowering(fn, mutates, random, tuple(static))
+        return fn
+
+    return register
+
+
+@dataclass
+class OutSpec:
+    shape: Tuple[int, ...]
+    dtype: object  # JAX dtype
+
+
+@dataclass
+class Context:
+    outs: List[Optional[OutSpec]]
+    rng: Optional[Tuple[object, object]] = None  # (seed, offset) traced uint64 scalars
+    checks: List[Tuple[object, type, str]] = field(default_factory=list)
+    _draws: int = 0
+
+    def out(self, i: int = 0) -> OutSpec:
+        """The shape and dtype PyTorch gives output `i`."""
+        return self.outs[i]
+
+    def out_dtype(self, i: int = 0):
+        return self.outs[i].dtype
+
+    def rng_key(self):
+        """A fresh JAX PRNG key for this op; each call within one op gives a new one."""
+        if self.rng is None:
+            raise RuntimeError("lowering asked for random numbers but was not registered with random=True")
+        seed, offset = self.rng
+        key = jax.random.fold_in(jax.random.key(seed), offset)
+        self._draws += 1
+        return jax.random.fold_in(key, self._draws)
+
+    def check(self, ok, exc_type: type, message: str) -> None:
+        """Reports a device-side check: `ok` (a traced bool scalar) false raises
+        `exc_type(message)` at the op or at the next synchronization point."""
+        self.checks.append((ok, exc_type, message))
+
+
+_local = threading.local()
+
+
+def context() -> Context:
+    """The context of the lowering being traced; RuntimeError outside one."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        raise RuntimeError("torchneuron lowering called outside of a trace")
+    return ctx
+
+
+class tracing:
+    """Sets the lowering context for the duration of a trace."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def __enter__(self):
+        self.prev = getattr(_local, "ctx", None)
+        _local.ctx = self.ctx
+        return self.ctx
+
+    def __exit__(self, *exc):
+        _local.ctx = self.prev

@@ -1,0 +1,62 @@
+"""Mapping between torch dtypes, ATen ScalarType codes and JAX/NumPy dtypes."""
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+import warnings
+
+# Device->host reads hand PyTorch read-only NumPy views that are only ever copied from.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+TORCH_TO_JAX = {
+    torch.float32: jnp.dtype(jnp.float32),
+    torch.float64: jnp.dtype(jnp.float64),
+    torch.float16: jnp.dtype(jnp.float16),
+    torch.bfloat16: jnp.dtype(jnp.bfloat16),
+    torch.int8: jnp.dtype(jnp.int8),
+    torch.int16: jnp.dtype(jnp.int16),
+    torch.int32: jnp.dtype(jnp.int32),
+    torch.int64: jnp.dtype(jnp.int64),
+    torch.uint8: jnp.dtype(jnp.uint8),
+    torch.uint16: jnp.dtype(jnp.uint16),
+    torch.uint32: jnp.dtype(jnp.uint32),
+    torch.uint64: jnp.dtype(jnp.uint64),
+    torch.bool: jnp.dtype(jnp.bool_),
+    torch.complex64: jnp.dtype(jnp.complex64),
+    torch.complex128: jnp.dtype(jnp.complex128),
+    torch.float8_e4m3fn: jnp.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: jnp.dtype(ml_dtypes.float8_e5m2),
+}
+JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
+
+
+
+def to_jax(dtype: torch.dtype):
+    """The JAX dtype of a torch dtype; TypeError for dtypes `neuron` cannot hold."""
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(f"neuron does not support dtype {dtype}") from None
+
+
+def to_torch(dtype) -> torch.dtype:
+    return JAX_TO_TORCH[jnp.dtype(dtype)]
+
+
+def numpy_view(t: torch.Tensor) -> np.ndarray:
+    """A NumPy array sharing a contiguous CPU tensor's memory (bf16 and fp8 included)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return t.view(torch.uint8).numpy().view(TORCH_TO_JAX[t.dtype])
+    return t.numpy()
+
+
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing a NumPy array's memory (bf16 and fp8 included)."""
+    dt = JAX_TO_TORCH[jnp.dtype(a.dtype)]
+    if dt == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return torch.from_numpy(a.view(np.uint8)).view(dt)
+    return torch.from_numpy(a)

@@ -1,0 +1,52 @@
+"""Host <-> device transfers of tensor values."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import torch
+
+from . import checks, dtypes, pjrt, storage, views
+
+
+def host_to_device(src: torch.Tensor, device_index: int):
+    """A flat JAX buffer on `neuron:device_index` holding a CPU tensor's values in
+    row-major order. Copies the bytes first, so later writes to `src` are not seen."""
+    host = dtypes.numpy_view(src.detach().contiguous()).reshape(-1).copy()
+    return jax.device_put(host, pjrt.device(device_index))
+
+
+def covers_storage(meta) -> bool:
+    """Whether a tensor (its shim metadata) is exactly its whole storage, contiguous."""
+    handle, shape, stride, offset, dtype, index, nbytes = meta
+    numel = int(np.prod(shape)) if shape else 1
+    return offset == 0 and views.is_contiguous(shape, stride) and numel * dtype.itemsize == nbytes
+
+
+def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
+    """The values of a `neuron` tensor as a NumPy array of its shape (blocks).
+
+    A synchronization point: raises pending device-side check failures first.
+    """
+    checks.raise_pending()
+    handle, shape, stride, offset, dtype, index, nbytes = meta
+    jdt = dtypes.to_jax(dtype)
+    buf = storage.buffers.get(handle)
+    if buf is None:
+        return np.zeros(shape, dtype=jdt)
+    if covers_storage(meta) and buf.dtype == jdt:
+        flat = buf
+    else:
+        flat = _read_view(buf, jdt, tuple(shape), tuple(stride), offset)
+    return np.asarray(jax.device_get(flat)).reshape(shape)
+
+
+_read_cache: dict = {}
+
+
+def _read_view(buf, dtype, shape, stride, offset):
+    key = (buf.dtype, buf.shape, dtype, shape, stride, offset)
+    fn = _read_cache.get(key)
+    if fn is None:
+        fn = jax.jit(lambda b: views.read(b, dtype, shape, stride, offset))
+        _read_cache[key] = fn
+    return fn(buf)
