@@ -38,7 +38,9 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         return _device_copy(self, staged, non_blocking)
     # device -> host
     host = transfer.device_to_host(src, _tensor_meta(src))
-    self.copy_(dtypes.from_numpy(np.ascontiguousarray(host)))
+    if not host.flags.c_contiguous:
+        host = host.copy()
+    self.copy_(dtypes.from_numpy(host))
     return self
 
 

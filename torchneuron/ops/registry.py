@@ -35,6 +35,7 @@ class Lowering:
     mutates: bool = False  # returns (outputs, {arg_name: new value})
     random: bool = False  # needs context().rng_key()
     static: Tuple[str, ...] = ()  # float/Scalar arguments that must be Python values
+    eager: bool = True  # False: compile-only (eager uses PyTorch's composite kernel)
 
 
 LOWERINGS: Dict[torch._ops.OpOverload, Lowering] = {}
@@ -51,14 +52,14 @@ def _overloads(op) -> List[torch._ops.OpOverload]:
     return out
 
 
-def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = ()):
+def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = (), eager: bool = True):
     """Registers `fn` as the lowering of `ops` (OpOverloads, or packets meaning all of
     their functional overloads). Returns `fn` unchanged."""
 
     def register(fn):
         for op in ops:
             for ov in _overloads(op):
-                LOWERINGS[ov] = Lowering(fn, mutates, random, tuple(static))
+                LOWERINGS[ov] = Lowering(fn, mutates, random, tuple(static), eager)
         return fn
 
     return register

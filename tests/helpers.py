@@ -1,0 +1,71 @@
+"""Test helpers: run the same function on CPU and on `neuron` and compare."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+import torchneuron
+from torchneuron.ops import fallback
+
+
+def to_neuron(v):
+    if isinstance(v, torch.Tensor):
+        out = v.detach().to("neuron")
+        if v.requires_grad:
+            out.requires_grad_(True)
+        return out
+    if isinstance(v, (list, tuple)):
+        return type(v)(to_neuron(x) for x in v)
+    if isinstance(v, dict):
+        return {k: to_neuron(x) for k, x in v.items()}
+    return v
+
+
+def to_cpu(v):
+    if isinstance(v, torch.Tensor):
+        return v.detach().cpu()
+    if isinstance(v, (list, tuple)):
+        return type(v)(to_cpu(x) for x in v)
+    if isinstance(v, dict):
+        return {k: to_cpu(x) for k, x in v.items()}
+    return v
+
+
+@contextlib.contextmanager
+def no_fallback():
+    """Fails the test if any op ran through the CPU fallback inside the block."""
+    before = dict(torchneuron.fallback_ops())
+    yield
+    after = torchneuron.fallback_ops()
+    new = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    assert not new, f"ops ran through the CPU fallback: {new}"
+
+
+def assert_same(actual, expected, atol=None, rtol=None, exact_dtype=True):
+    """Compares (nested) results of a neuron run with a CPU run."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), type(actual)
+        assert actual.device.type == "neuron" or expected.device.type == actual.device.type, actual.device
+        torch.testing.assert_close(to_cpu(actual), expected, atol=atol, rtol=rtol, equal_nan=True,
+                                   check_dtype=exact_dtype)
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e, atol, rtol, exact_dtype)
+    else:
+        assert actual == expected, (actual, expected)
+
+
+def check(fn, *args, atol=None, rtol=None, allow_fallback=False, **kwargs):
+    """Runs fn(*args) on CPU and on neuron copies of args; asserts equal results and,
+    unless allowed, that no op used the CPU fallback. Returns the neuron result."""
+    expected = fn(*args, **kwargs)
+    nargs, nkwargs = to_neuron(args), to_neuron(kwargs)
+    if allow_fallback:
+        actual = fn(*nargs, **nkwargs)
+    else:
+        with no_fallback():
+            actual = fn(*nargs, **nkwargs)
+    assert_same(actual, expected, atol, rtol)
+    return actual

@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from helpers import check
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8,
+          torch.uint8, torch.bool]
+
+
+def _make(shape, dtype):
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=dtype)
+    return torch.randint(1, 50, shape).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", [torch.add, torch.mul, torch.maximum, torch.eq, torch.lt])
+def test_binary(op, dtype):
+    a, b = _make((4, 5), dtype), _make((5,), dtype)
+    check(op, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_binary_noncontiguous_and_scalars(dtype):
+    a = _make((6, 8), dtype)
+    check(lambda x: x[::2, 1::3] + x[1::2, ::3], a)
+    check(lambda x: x.t() * 3, a)
+    check(lambda x: x * 2.5, a)
+    check(lambda x: x + torch.tensor(2), a)
+
+
+def test_zero_size_and_zero_dim():
+    check(lambda x: x + 1, torch.randn(0, 3))
+    check(lambda x: x * x, torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_div(mode, dtype):
+    a = torch.tensor([-7, -6, -1, 0, 1, 5, 7]).to(dtype)
+    b = torch.tensor([2, -4, 3, 5, -2, 2, -3]).to(dtype)
+    check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
+    check(torch.remainder, a, b)
+    check(torch.fmod, a, b)
+
+
+def test_nan_propagation():
+    a = torch.tensor([1.0, float("nan"), 3.0])
+    b = torch.tensor([float("nan"), 2.0, 1.0])
+    check(torch.maximum, a, b)
+    check(torch.fmax, a, b)
+    check(lambda x: x.clamp(0, 2), a)
+
+
+@pytest.mark.parametrize("fn", [torch.exp, torch.log1p, torch.sin, torch.tanh, torch.sigmoid, torch.rsqrt,
+                                torch.abs, torch.neg, torch.floor, torch.erf, torch.nn.functional.gelu,
+                                torch.nn.functional.silu, torch.relu])
+def test_unary(fn):
+    check(fn, torch.rand(3, 4) + 0.1, atol=1e-6, rtol=1e-5)
+
+
+def test_inplace_on_view_visible_through_base():
+    def f(x):
+        x = x.clone()
+        v = x[:, 1]
+        v.mul_(0)
+        x[0].add_(10)
+        return x
+    check(f, torch.randn(3, 4))

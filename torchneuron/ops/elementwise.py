@@ -1,0 +1,607 @@
+"""Elementwise lowerings: arithmetic, comparisons, logic, unary math, activations.
+
+Arithmetic computes in the output dtype PyTorch chose (`context().out_dtype()`), so
+type promotion is exactly ATen's; comparisons compute in the promoted input type.
+Half-precision inputs compute in float32 and round once, as ATen's CPU kernels do.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ._common import cast, is_float, result_type
+from .registry import context, lowering
+
+aten = torch.ops.aten
+
+_HALF = (jnp.float16, jnp.bfloat16)
+
+
+def _out():
+    return context().out_dtype()
+
+
+def _compute(dtype):
+    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
+
+
+def _binary(fn):
+    def lower(self, other, *rest):
+        out = _out()
+        c = _compute(out)
+        return fn(cast(self, c), cast(other, c), *rest).astype(out)
+
+    return lower
+
+
+def _alpha(x, alpha):
+    return x if alpha is None or (isinstance(alpha, (int, float)) and alpha == 1) else x * alpha
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def add(self, other, alpha=1):
+    out = _out()
+    c = _compute(out)
+    if out == jnp.bool_:
+        return jnp.logical_or(cast(self, jnp.bool_), cast(other, jnp.bool_))
+    return (cast(self, c) + _alpha(cast(other, c), alpha)).astype(out)
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def sub(self, other, alpha=1):
+    out = _out()
+    if out == jnp.bool_:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
+    c = _compute(out)
+    return (cast(self, c) - _alpha(cast(other, c), alpha)).astype(out)
+
+
+@lowering(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(self, other, alpha=1):
+    return sub(other, self, alpha)
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar)
+def mul(self, other):
+    out = _out()
+    if out == jnp.bool_:
+        return jnp.logical_and(cast(self, jnp.bool_), cast(other, jnp.bool_))
+    c = _compute(out)
+    return (cast(self, c) * cast(other, c)).astype(out)
+
+
+def _floor_divide_int(a, b):
+    q = lax.div(a, jnp.where(b == 0, 1, b))
+    fix = ((a % jnp.where(b == 0, 1, b)) != 0) & ((a < 0) != (b < 0))
+    return q - fix.astype(q.dtype)
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div(self, other, rounding_mode=None):
+    out = _out()
+    c = _compute(out)
+    a, b = cast(self, c), cast(other, c)
+    if rounding_mode is None:
+        return (a / b).astype(out)
+    if jnp.issubdtype(c, jnp.integer):
+        if rounding_mode == "trunc":
+            ctx = context()
+            ctx.check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
+            return lax.div(a, jnp.where(b == 0, 1, b)).astype(out)
+        context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
+        return _floor_divide_int(a, b).astype(out)
+    q = a / b
+    if rounding_mode == "trunc":
+        return jnp.trunc(q).astype(out)
+    # ATen's floor division: floor((a - fmod(a, b)) / b) with sign fix-up.
+    mod = jnp.fmod(a, b)
+    d = (a - mod) / b
+    d = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d)
+    fl = jnp.floor(d)
+    fl = jnp.where(d - fl > 0.5, fl + 1, fl)
+    res = jnp.where(d != 0, fl, jnp.copysign(jnp.zeros_like(q), q))
+    return jnp.where(b == 0, q, res).astype(out)
+
+
+@lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(self, other):
+    return div(self, other, "floor")
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(self, other):
+    out = _out()
+    c = _compute(out)
+    a, b = cast(self, c), cast(other, c)
+    if jnp.issubdtype(c, jnp.integer):
+        context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
+        bs = jnp.where(b == 0, 1, b)
+        r = a % bs  # jnp's % is Python-style (sign of divisor) like torch.remainder
+        return r.astype(out)
+    r = jnp.fmod(a, b)
+    r = jnp.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    return r.astype(out)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(self, other):
+    out = _out()
+    c = _compute(out)
+    a, b = cast(self, c), cast(other, c)
+    if jnp.issubdtype(c, jnp.integer):
+        context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
+        return lax.rem(a, jnp.where(b == 0, 1, b)).astype(out)
+    return jnp.fmod(a, b).astype(out)
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def pow(self, exponent):
+    out = _out()
+    c = _compute(out)
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+        base = cast(self, c)
+        if exponent == 2:
+            return (base * base).astype(out)
+        if float(exponent).is_integer() and jnp.issubdtype(c, jnp.integer):
+            return lax.integer_pow(base, int(exponent)).astype(out) if exponent >= 0 else \
+                jnp.power(base, cast(exponent, c)).astype(out)
+    a, b = cast(self, c), cast(exponent, c)
+    if jnp.issubdtype(c, jnp.integer):
+        return _int_pow(a, b).astype(out)
+    return jnp.power(a, b).astype(out)
+
+
+def _int_pow(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
+    neg = b < 0
+    e = jnp.where(neg, 0, b)
+    result = jnp.ones_like(a)
+    base = a
+
+    def body(_, state):
+        r, bs, ex = state
+        r = jnp.where((ex & 1) == 1, r * bs, r)
+        return r, bs * bs, ex >> 1
+
+    result, _, _ = lax.fori_loop(0, 64, body, (result, base, e))
+    # Negative exponents: 1 -> 1, -1 -> +-1, others -> 0 (ATen's integer pow).
+    neg_val = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where((b & 1) == 0, 1, -1), 0))
+    return jnp.where(neg, neg_val.astype(a.dtype), result)
+
+
+@lowering(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)
+def float_power(self, exponent):
+    out = _out()
+    return jnp.power(cast(self, out), cast(exponent, out))
+
+
+@lowering(aten.atan2.default)
+def atan2(self, other):
+    out = _out()
+    c = _compute(out)
+    return jnp.arctan2(cast(self, c), cast(other, c)).astype(out)
+
+
+@lowering(aten.hypot.default)
+def hypot(self, other):
+    out = _out()
+    c = _compute(out)
+    return jnp.hypot(cast(self, c), cast(other, c)).astype(out)
+
+
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar)
+def copysign(self, other):
+    out = _out()
+    c = _compute(out)
+    return jnp.copysign(cast(self, c), cast(other, c)).astype(out)
+
+
+@lowering(aten.nextafter.default)
+def nextafter(self, other):
+    out = _out()
+    return jnp.nextafter(cast(self, out), cast(other, out))
+
+
+def _extremum(fn, propagate_nan: bool):
+    def lower(self, other):
+        out = _out()
+        c = _compute(out)
+        a, b = cast(self, c), cast(other, c)
+        r = fn(a, b)
+        if is_float(c):
+            if propagate_nan:
+                r = jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, r)
+            else:
+                r = jnp.where(jnp.isnan(a), b, jnp.where(jnp.isnan(b), a, r))
+        return r.astype(out)
+
+    return lower
+
+
+lowering(aten.maximum.default)(_extremum(jnp.maximum, True))
+lowering(aten.minimum.default)(_extremum(jnp.minimum, True))
+lowering(aten.fmax.default)(_extremum(jnp.maximum, False))
+lowering(aten.fmin.default)(_extremum(jnp.minimum, False))
+
+
+# ------------------------------------------------------------------ comparisons
+def _compare(fn):
+    def lower(self, other):
+        c = _compute(result_type(self, other))
+        return fn(cast(self, c), cast(other, c))
+
+    return lower
+
+
+for _op, _fn in [
+    (aten.eq, jnp.equal), (aten.ne, jnp.not_equal), (aten.lt, jnp.less), (aten.le, jnp.less_equal),
+    (aten.gt, jnp.greater), (aten.ge, jnp.greater_equal),
+]:
+    lowering(_op.Tensor, _op.Scalar)(_compare(_fn))
+
+
+@lowering(aten.logical_and.default)
+def logical_and(self, other):
+    return jnp.logical_and(cast(self, jnp.bool_), cast(other, jnp.bool_)).astype(_out())
+
+
+@lowering(aten.logical_or.default)
+def logical_or(self, other):
+    return jnp.logical_or(cast(self, jnp.bool_), cast(other, jnp.bool_)).astype(_out())
+
+
+@lowering(aten.logical_xor.default)
+def logical_xor(self, other):
+    return jnp.logical_xor(cast(self, jnp.bool_), cast(other, jnp.bool_)).astype(_out())
+
+
+@lowering(aten.logical_not.default)
+def logical_not(self):
+    return jnp.logical_not(cast(self, jnp.bool_)).astype(_out())
+
+
+def _bitwise(fn):
+    def lower(self, other):
+        out = _out()
+        return fn(cast(self, out), cast(other, out))
+
+    return lower
+
+
+lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise(jnp.bitwise_and))
+lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise(jnp.bitwise_or))
+lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise(jnp.bitwise_xor))
+
+
+@lowering(aten.bitwise_not.default)
+def bitwise_not(self):
+    return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
+
+
+@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)
+def left_shift(self, other):
+    out = _out()
+    a, b = cast(self, out), cast(other, out)
+    bits = jnp.iinfo(out).bits
+    return jnp.where((b >= bits) | (b < 0), 0, jnp.left_shift(a, jnp.clip(b, 0, bits - 1))).astype(out)
+
+
+@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)
+def right_shift(self, other):
+    out = _out()
+    a, b = cast(self, out), cast(other, out)
+    bits = jnp.iinfo(out).bits
+    fill = jnp.where(a < 0, -1, 0).astype(out) if jnp.issubdtype(out, jnp.signedinteger) else jnp.zeros_like(a)
+    return jnp.where((b >= bits) | (b < 0), fill, jnp.right_shift(a, jnp.clip(b, 0, bits - 1))).astype(out)
+
+
+# ------------------------------------------------------------------ where / clamp
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(condition, self, other):
+    out = _out()
+    return jnp.where(cast(condition, jnp.bool_), cast(self, out), cast(other, out))
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def clamp(self, min=None, max=None):
+    out = _out()
+    c = _compute(out)
+    x = cast(self, c)
+    if min is not None:
+        lo = cast(min, c)
+        x = jnp.where(x < lo, lo, x) if not is_float(c) else jnp.where(jnp.isnan(lo), lo, jnp.where(x < lo, lo, x))
+    if max is not None:
+        hi = cast(max, c)
+        x = jnp.where(x > hi, hi, x) if not is_float(c) else jnp.where(jnp.isnan(hi), hi, jnp.where(x > hi, hi, x))
+    return x.astype(out)
+
+
+@lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(self, min):
+    return clamp(self, min, None)
+
+
+@lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(self, max):
+    return clamp(self, None, max)
+
+
+# ------------------------------------------------------------------ unary
+def _unary_float(fn):
+    """Ops whose integer inputs give floating outputs (exp, log, sin, ...)."""
+
+    def lower(self):
+        out = _out()
+        return fn(cast(self, _compute(out))).astype(out)
+
+    return lower
+
+
+_FLOAT_UNARY = {
+    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: jnp.log, aten.log2: jnp.log2,
+    aten.log10: jnp.log10, aten.log1p: jnp.log1p, aten.sqrt: jnp.sqrt, aten.rsqrt: lax.rsqrt,
+    aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan, aten.asin: jnp.arcsin, aten.acos: jnp.arccos,
+    aten.atan: jnp.arctan, aten.sinh: jnp.sinh, aten.cosh: jnp.cosh, aten.tanh: jnp.tanh,
+    aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh, aten.atanh: jnp.arctanh,
+    aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
+    aten.sigmoid: jax.nn.sigmoid, aten.reciprocal: lambda x: 1 / x, aten.lgamma: jax.scipy.special.gammaln,
+    aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
+    aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
+}
+for _op, _fn in _FLOAT_UNARY.items():
+    lowering(_op.default)(_unary_float(_fn))
+
+
+def _unary_same(fn, int_identity=False):
+    def lower(self):
+        out = _out()
+        if int_identity and not is_float(self.dtype):
+            return self.astype(out)
+        return fn(cast(self, _compute(out))).astype(out)
+
+    return lower
+
+
+lowering(aten.neg.default)(_unary_same(jnp.negative))
+lowering(aten.abs.default)(_unary_same(jnp.abs))
+lowering(aten.sign.default)(_unary_same(jnp.sign))
+lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
+lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))
+lowering(aten.trunc.default)(_unary_same(jnp.trunc, int_identity=True))
+lowering(aten.frac.default)(_unary_same(lambda x: x - jnp.trunc(x)))
+lowering(aten.square.default)(_unary_same(lambda x: x * x))
+
+
+@lowering(aten.round.default)
+def round_(self):
+    if not is_float(self.dtype):
+        return self
+    return jnp.round(cast(self, _compute(self.dtype))).astype(self.dtype)
+
+
+@lowering(aten.round.decimals, static=("decimals",))
+def round_decimals(self, decimals=0):
+    c = _compute(self.dtype)
+    scale = 10.0 ** decimals
+    return (jnp.round(cast(self, c) * scale) / scale).astype(self.dtype)
+
+
+@lowering(aten.signbit.default)
+def signbit(self):
+    return jnp.signbit(self) if is_float(self.dtype) else self < 0
+
+
+@lowering(aten.isnan.default)
+def isnan(self):
+    return jnp.isnan(self) if is_float(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+
+
+@lowering(aten.isinf.default)
+def isinf(self):
+    return jnp.isinf(self) if is_float(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+
+
+@lowering(aten.isfinite.default)
+def isfinite(self):
+    return jnp.isfinite(self) if is_float(self.dtype) else jnp.ones(self.shape, jnp.bool_)
+
+
+@lowering(aten.isposinf.default)
+def isposinf(self):
+    return jnp.isposinf(self) if is_float(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+
+
+@lowering(aten.isneginf.default)
+def isneginf(self):
+    return jnp.isneginf(self) if is_float(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+
+
+@lowering(aten.nan_to_num.default, static=("nan", "posinf", "neginf"))
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if not is_float(self.dtype):
+        return self
+    info = jnp.finfo(self.dtype)
+    return jnp.nan_to_num(self, nan=0.0 if nan is None else nan,
+                          posinf=info.max if posinf is None else posinf,
+                          neginf=info.min if neginf is None else neginf)
+
+
+# ------------------------------------------------------------------ activations
+@lowering(aten.relu.default)
+def relu(self):
+    return jnp.maximum(self, jnp.zeros((), self.dtype)) if self.dtype != jnp.bool_ else self
+
+
+@lowering(aten.gelu.default, static=("approximate",))
+def gelu(self, approximate="none"):
+    c = _compute(self.dtype)
+    x = self.astype(c)
+    if approximate == "tanh":
+        y = 0.5 * x * (1 + jnp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    else:
+        y = 0.5 * x * (1 + jax.scipy.special.erf(x / np.sqrt(2)))
+    return y.astype(self.dtype)
+
+
+@lowering(aten.gelu_backward.default, static=("approximate",))
+def gelu_backward(grad_output, self, approximate="none"):
+    c = _compute(self.dtype)
+    x, g = self.astype(c), grad_output.astype(c)
+    if approximate == "tanh":
+        k = np.sqrt(2 / np.pi)
+        inner = k * (x + 0.044715 * x ** 3)
+        t = jnp.tanh(inner)
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+    else:
+        cdf = 0.5 * (1 + jax.scipy.special.erf(x / np.sqrt(2)))
+        pdf = jnp.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+        d = cdf + x * pdf
+    return (g * d).astype(self.dtype)
+
+
+@lowering(aten.silu.default)
+def silu(self):
+    c = _compute(self.dtype)
+    x = self.astype(c)
+    return (x * jax.nn.sigmoid(x)).astype(self.dtype)
+
+
+@lowering(aten.silu_backward.default)
+def silu_backward(grad_output, self):
+    c = _compute(self.dtype)
+    x, g = self.astype(c), grad_output.astype(c)
+    s = jax.nn.sigmoid(x)
+    return (g * s * (1 + x * (1 - s))).astype(self.dtype)
+
+
+@lowering(aten.sigmoid_backward.default)
+def sigmoid_backward(grad_output, output):
+    c = _compute(output.dtype)
+    y, g = output.astype(c), grad_output.astype(c)
+    return (g * y * (1 - y)).astype(output.dtype)
+
+
+@lowering(aten.tanh_backward.default)
+def tanh_backward(grad_output, output):
+    c = _compute(output.dtype)
+    y, g = output.astype(c), grad_output.astype(c)
+    return (g * (1 - y * y)).astype(output.dtype)
+
+
+@lowering(aten.threshold_backward.default)
+def threshold_backward(grad_output, self, threshold):
+    return jnp.where(self <= threshold, jnp.zeros((), grad_output.dtype), grad_output)
+
+
+@lowering(aten.threshold.default)
+def threshold(self, threshold, value):
+    return jnp.where(self <= threshold, cast(value, self.dtype), self)
+
+
+@lowering(aten.leaky_relu.default)
+def leaky_relu(self, negative_slope=0.01):
+    return jnp.where(self > 0, self, self * cast(negative_slope, self.dtype))
+
+
+@lowering(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    return jnp.where(self > 0, grad_output, grad_output * cast(negative_slope, grad_output.dtype))
+
+
+@lowering(aten.hardtanh.default)
+def hardtanh(self, min_val=-1, max_val=1):
+    return jnp.clip(self, cast(min_val, self.dtype), cast(max_val, self.dtype))
+
+
+@lowering(aten.hardtanh_backward.default)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    return jnp.where((self <= min_val) | (self >= max_val), jnp.zeros((), grad_output.dtype), grad_output)
+
+
+@lowering(aten.elu.default)
+def elu(self, alpha=1, scale=1, input_scale=1):
+    c = _compute(self.dtype)
+    x = self.astype(c)
+    y = jnp.where(x > 0, x * scale, (jnp.expm1(x * input_scale)) * alpha * scale)
+    return y.astype(self.dtype)
+
+
+@lowering(aten.softplus.default)
+def softplus(self, beta=1, threshold=20):
+    c = _compute(self.dtype)
+    x = self.astype(c)
+    y = jnp.where(x * beta > threshold, x, jnp.log1p(jnp.exp(x * beta)) / beta)
+    return y.astype(self.dtype)
+
+
+@lowering(aten.hardsigmoid.default)
+def hardsigmoid(self):
+    return (jnp.clip(self + 3, 0, 6) / 6).astype(self.dtype)
+
+
+@lowering(aten.hardswish.default)
+def hardswish(self):
+    return (self * jnp.clip(self + 3, 0, 6) / 6).astype(self.dtype)
+
+
+@lowering(aten.mish.default)
+def mish(self):
+    c = _compute(self.dtype)
+    x = self.astype(c)
+    return (x * jnp.tanh(jax.nn.softplus(x))).astype(self.dtype)
+
+
+@lowering(aten.logit.default)
+def logit(self, eps=None):
+    out = _out()
+    x = cast(self, _compute(out))
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x)).astype(out)
+
+
+# ------------------------------------------------------------------ ternary
+@lowering(aten.addcmul.default)
+def addcmul(self, tensor1, tensor2, value=1):
+    out = _out()
+    c = _compute(out)
+    return (cast(self, c) + _alpha(cast(tensor1, c) * cast(tensor2, c), value)).astype(out)
+
+
+@lowering(aten.addcdiv.default)
+def addcdiv(self, tensor1, tensor2, value=1):
+    out = _out()
+    c = _compute(out)
+    return (cast(self, c) + _alpha(cast(tensor1, c) / cast(tensor2, c), value)).astype(out)
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(self, end, weight):
+    out = _out()
+    c = _compute(out)
+    a, b, w = cast(self, c), cast(end, c), cast(weight, c)
+    # ATen's lerp: a + w*(b-a) for |w| < 0.5, else b - (b-a)*(1-w).
+    return jnp.where(jnp.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w)).astype(out)
+
+
+# ------------------------------------------------------------------ dtype conversion
+@lowering(aten._to_copy.default, eager=False)
+def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    return self.astype(_out())
+
+
+@lowering(aten.clone.default)
+def clone(self, memory_format=None):
+    return self
+
+
+@lowering(aten.fill.Scalar, aten.fill.Tensor)
+def fill(self, value):
+    out = context().out()
+    return jnp.full(out.shape, cast(value, out.dtype), out.dtype)
+
+
+@lowering(aten.zero.default)
+def zero(self):
+    return jnp.zeros(self.shape, self.dtype)
