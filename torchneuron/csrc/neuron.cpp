@@ -464,7 +464,23 @@ static at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+// CUDA semantics for `param.data = other` and Module.to(): a dense strided tensor may
+// take another dense strided tensor's metadata across CPU <-> neuron. c10 lists only
+// its built-in backends as dense, so without this `.data` assignment raises and
+// Module.to() replaces Parameters (breaking tied weights) instead of swapping data.
+static bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit, c10::BackendComponent::PrivateUse1Bit});
+    auto ks = t.key_set();
+    return t.layout() == at::kStrided && ks.has(c10::DispatchKey::Dense) && ks.has_any(backends);
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
@@ -491,7 +507,9 @@ static void set_callbacks(py::object registry, py::object resize_cb, py::object 
 
 // (storage handle, sizes, strides, storage offset, dtype, device index) of a tensor,
 // in one call because it runs for every tensor argument of every op.
-static py::tuple tensor_meta(const at::Tensor& t) {
+// None for a tensor that is not on `neuron`.
+static py::object tensor_meta(const at::Tensor& t) {
+  if (!t.is_privateuseone()) return py::none();
   auto* impl = t.unsafeGetTensorImpl();
   const auto& storage = impl->unsafe_storage();
   py::tuple sizes(t.dim());
@@ -531,6 +549,9 @@ static bool g_hooks_registered = false;
 static void register_hooks() {
   if (g_hooks_registered) return;
   at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
+  // Storages made without a tensor (torch.UntypedStorage(n, device="neuron"), which
+  // torch.load uses for map_location) look the allocator up by device type.
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
   g_hooks_registered = true;
 }
 

@@ -31,6 +31,9 @@ from ..runtime import checks, dtypes, pjrt, storage, views
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
 
 _tensor_meta = None  # the C++ shim's tensor_meta, bound at install time
+_buffers = storage.buffers
+_TO_JAX = dtypes.TORCH_TO_JAX
+_devices = [torch.device("neuron", i) for i in range(64)]
 
 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
 
@@ -55,6 +58,9 @@ def _is_write(arg) -> bool:
     return arg.alias_info is not None and arg.alias_info.is_write
 
 
+_TENSOR_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+
+
 def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpOverload]:
     """The functional overload whose lowering computes an in-place or out= overload:
     ``add_.Tensor -> add.Tensor``, ``add.out -> add.Tensor``; None if there is none."""
@@ -70,12 +76,16 @@ def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpO
     if not outs:
         return None
     inputs = [(a.name, str(a.type)) for a in schema.arguments if not (a.kwarg_only and _is_write(a))]
+    names = {n for n, _ in inputs}
     packet = getattr(torch.ops.aten, name)
     for ov_name in packet.overloads():
         ov = getattr(packet, ov_name)
         if any(_is_write(a) for a in ov._schema.arguments):
             continue
-        if [(a.name, str(a.type)) for a in ov._schema.arguments] == inputs:
+        # A factory's out= overload lacks its TensorOptions: the out tensor decides them.
+        own = [(a.name, str(a.type)) for a in ov._schema.arguments
+               if not (a.kwarg_only and a.name in _TENSOR_OPTIONS and a.name not in names)]
+        if own == inputs:
             return ov
     return None
 
@@ -83,12 +93,15 @@ def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpO
 class _Entry:
     """A compiled executable and what the executor needs to use its outputs."""
 
-    __slots__ = ("fn", "writes", "skip", "fresh", "checks")
+    __slots__ = ("fn", "reads", "writes", "fresh", "checks")
 
-    def __init__(self, fn, writes, skip, fresh, checks_):
+    def __init__(self, fn, reads, writes, fresh, checks_):
         self.fn = fn
-        self.writes = writes  # storage slots whose buffers the executable replaces
-        self.skip = skip  # storage slots only overwritten whole: their old buffer is not passed
+        # Indices (into the call's tensor list) of one tensor per storage whose buffer
+        # the executable reads, in argument order; storages only overwritten whole are
+        # not passed.
+        self.reads = reads
+        self.writes = writes  # likewise, per storage whose buffer the executable replaces
         self.fresh = fresh  # [(shape, stride, torch dtype)] of new output tensors
         self.checks = checks_  # [(exc_type, message)] per device-side check flag
 
@@ -129,42 +142,64 @@ class OpKernel:
         if len(values) < n:
             for i in range(len(values), n):
                 values.append(kwargs.get(self.names[i], self.defaults[i]))
-        key, tensors, dyn, device = self._signature(values)
+        key, tensors, metas, dyn, device = self._signature(values)
         entry = self.cache.get(key)
         if entry is None:
-            entry = self._compile(key, values, tensors, dyn, device)
+            entry = self._compile(values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
-                key, tensors, dyn, device = self._signature(values)
-                entry = self.cache.get(key) or self._compile(key, values, tensors, dyn, device)
-        return self._run(entry, values, tensors, dyn, device)
+                key, tensors, metas, dyn, device = self._signature(values)
+                entry = self.cache.get(key) or self._compile(values, tensors, metas, dyn, device)
+            self.cache[key] = entry
+        return self._run(entry, values, metas, dyn, device)
 
     def _signature(self, values):
-        """(cache key, [tensor metas], [dynamic values], device index)."""
+        """(cache key, [tensors], [their shim metadata], [dynamic values], device index).
+
+        The hottest code of the backend: it runs for every eager op."""
         key = []
-        tensors = []  # (tensor, meta)
+        tensors = []
+        metas = []
         dyn = []
         device = None
-        cpu_scalar_seen = None
         slots: Dict[int, int] = {}
+        buffers = _buffers
         for kind, v, default in zip(self.kinds, values, self.defaults):
-            if kind == TENSOR:
+            if kind == TENSOR or kind == TENSOR_LIST:
                 if v is None:
                     key.append(None)
                     continue
-                if not isinstance(v, torch.Tensor):  # a wrapped Python number
-                    key.append(("s", type(v)))
-                    dyn.append(v)
-                    continue
-                device, cpu_scalar_seen = self._add_tensor(v, key, tensors, dyn, slots, device, cpu_scalar_seen)
-            elif kind == TENSOR_LIST:
+                if kind == TENSOR:
+                    if not isinstance(v, torch.Tensor):  # a wrapped Python number
+                        key.append(("s", type(v)))
+                        dyn.append(v)
+                        continue
+                    group = (v,)
+                else:
+                    group = v
                 sub = []
-                for t in v:
+                for t in group:
                     if t is None:
                         sub.append(None)
-                    else:
-                        device, cpu_scalar_seen = self._add_tensor(t, sub, tensors, dyn, slots, device,
-                                                                   cpu_scalar_seen)
-                key.append(tuple(sub))
+                        continue
+                    meta = _tensor_meta(t)
+                    if meta is None:
+                        sub.append(self._host_scalar(t, device, dyn))
+                        continue
+                    handle = meta[0]
+                    if device is None:
+                        device = meta[5]
+                    elif meta[5] != device:
+                        raise RuntimeError(
+                            "Expected all tensors to be on the same device, but found at least two devices, "
+                            f"neuron:{device} and neuron:{meta[5]}! (when checking argument for {self.op})")
+                    slot = slots.get(handle)
+                    if slot is None:
+                        slot = slots[handle] = len(slots)
+                    buf = buffers.get(handle)
+                    sub.append((slot,) + meta[1:] + (_TO_JAX[meta[4]] if buf is None else buf.dtype,))
+                    tensors.append(t)
+                    metas.append(meta)
+                key.append(sub[0] if kind == TENSOR else tuple(sub))
             elif kind == DYNAMIC:
                 if v is None:
                     key.append(None)
@@ -183,65 +218,48 @@ class OpKernel:
             else:
                 key.append(_freeze(v))
         if device is None:
+            if not tensors and any(k is not None and k[0] == "c" for k in key if isinstance(k, tuple) and k):
+                raise RuntimeError(f"{self.op}: expected a neuron tensor argument")
             device = _extension.load().current_device()
-        if cpu_scalar_seen is not None and not tensors:
-            raise RuntimeError(f"{self.op}: expected a neuron tensor argument")
-        return tuple(key), tensors, dyn, device
+        return tuple(key), tensors, metas, dyn, device
 
-    def _add_tensor(self, t, key, tensors, dyn, slots, device, cpu_seen):
-        if t.device.type != "neuron":
-            if t.dim() == 0 and t.device.type == "cpu":
-                # CUDA semantics: a 0-dim CPU tensor is a scalar argument.
-                key.append(("c", t.dtype))
-                dyn.append(np.asarray(dtypes.numpy_view(t.detach())))
-                return device, t
-            other = f"neuron:{device}" if device is not None else "neuron:0"
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"{other} and {t.device}! (when checking argument for {self.op})")
-        meta = _tensor_meta(t)
-        handle, shape, stride, offset, dtype, index, nbytes = meta
-        if device is None:
-            device = index
-        elif index != device:
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"neuron:{device} and neuron:{index}! (when checking argument for {self.op})")
-        slot = slots.get(handle)
-        buf = storage.buffers.get(handle)
-        if slot is None:
-            slot = slots[handle] = len(slots)
-        key.append((slot, shape, stride, offset, dtype, nbytes, dtype if buf is None else buf.dtype))
-        tensors.append((t, meta))
-        return device, cpu_seen
+    def _host_scalar(self, t, device, dyn):
+        """Key entry of a non-neuron tensor argument: a 0-dim CPU tensor is a scalar (as
+        on CUDA); anything else is a device mismatch."""
+        if t.dim() == 0 and t.device.type == "cpu":
+            dyn.append(np.asarray(dtypes.numpy_view(t.detach())))
+            return ("c", t.dtype)
+        other = f"neuron:{device}" if device is not None else "neuron:0"
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{other} and {t.device}! (when checking argument for {self.op})")
 
-    def _run(self, entry: _Entry, values, tensors, dyn, device):
-        handles = []
-        seen = set()
-        for t, meta in tensors:
-            h = meta[0]
-            if h not in seen:
-                seen.add(h)
-                handles.append((h, meta))
+    def _run(self, entry: _Entry, values, metas, dyn, device):
+        buffers = _buffers
         inputs = []
-        skip = entry.skip
-        for slot, (h, meta) in enumerate(handles):
-            if slot not in skip:
-                inputs.append(storage.buffer(h, meta[6], dtypes.to_jax(meta[4]), device))
-        inputs.extend(dyn)
+        for j in entry.reads:
+            m = metas[j]
+            b = buffers.get(m[0])
+            if b is None:
+                b = storage.buffer(m[0], m[6], dtypes.to_jax(m[4]), device)
+            inputs.append(b)
+        if dyn:
+            inputs.extend(dyn)
         if self.lowering.random:
             inputs.extend(_rng_state(values, self.kinds, device))
         outs = entry.fn(*inputs)
-        n_w = len(entry.writes)
-        for i, slot in enumerate(entry.writes):
-            storage.buffers[handles[slot][0]] = outs[i]
-        results = []
-        k = n_w
-        for shape, stride, dtype in entry.fresh:
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=torch.device("neuron", device))
-            storage.buffers[t.data_ptr()] = outs[k]
-            results.append(t)
+        k = 0
+        for j in entry.writes:
+            buffers[metas[j][0]] = outs[k]
             k += 1
+        results = []
+        if entry.fresh:
+            dev = _devices[device]
+            for shape, stride, dtype in entry.fresh:
+                t = torch.empty_strided(shape, stride, dtype=dtype, device=dev)
+                buffers[t.data_ptr()] = outs[k]
+                results.append(t)
+                k += 1
         for exc_type, message in entry.checks:
             checks.add(outs[k], exc_type, message)
             k += 1
@@ -257,7 +275,9 @@ class OpKernel:
         return out[0] if len(out) == 1 else tuple(out)
 
     # ------------------------------------------------------------------ compile path
-    def _compile(self, key, values, tensors, dyn, device) -> _Entry:
+    def _compile(self, values, tensors, metas, dyn, device) -> Optional[_Entry]:
+        """Plans and traces the executable for this call's signature; None when out=
+        tensors had to be resized first (the caller then signs the call again)."""
         metas_out = self._meta(values)
         if self.mode == "out":
             resized = False
@@ -269,15 +289,17 @@ class OpKernel:
                 return None
         # Plan how each argument is rebuilt inside the trace.
         slots: Dict[int, int] = {}
+        first: Dict[int, int] = {}  # slot -> index of the first tensor using it
         geometry = []
-        for t, meta in tensors:
+        for j, meta in enumerate(metas):
             handle, shape, stride, offset, dtype, index, nbytes = meta
             slot = slots.setdefault(handle, len(slots))
+            first.setdefault(slot, j)
             geometry.append((slot, shape, stride, offset, dtypes.to_jax(dtype)))
         n_slots = len(slots)
         lengths = {}
         buf_dtypes = {}
-        for (t, meta) in tensors:
+        for meta in metas:
             slot = slots[meta[0]]
             buf = storage.buffers.get(meta[0])
             bdt = buf.dtype if buf is not None else dtypes.to_jax(meta[4])
@@ -286,7 +308,7 @@ class OpKernel:
 
         write_targets = self._write_targets(values, tensors, slots)
         write_slots = sorted({w[1] for w in write_targets})
-        read_slots = {geometry[j][0] for j, (t, meta) in enumerate(tensors) if not self._is_out_tensor(values, t)}
+        read_slots = {geometry[j][0] for j, t in enumerate(tensors) if not self._is_out_tensor(values, t)}
         skip = set()
         for path, slot, shape, stride, offset, dt, src in write_targets:
             covers = (offset == 0 and views.is_contiguous(shape, stride)
@@ -369,29 +391,18 @@ class OpKernel:
 
         live = [s for s in range(n_slots) if s not in skip]
         donate = tuple(live.index(s) for s in write_slots if s not in skip)
-        example = self._example_inputs(tensors, dyn, values, device, skip)
-        fn = jax.jit(traced, donate_argnums=donate).lower(*example).compile()
-        entry = _Entry(fn, write_slots, skip, [(m[0], _dense_stride(m[0], m[1]), m[2]) for m in fresh_specs],
-                       check_info)
-        self.cache[key] = entry
-        return entry
+        reads = [first[s] for s in live]
+        example = [storage.buffer(metas[j][0], metas[j][6], dtypes.to_jax(metas[j][4]), device) for j in reads]
+        example.extend(dyn)
+        if self.lowering.random:
+            example.extend(_rng_state(values, self.kinds, device, advance=False))
+        fn = jax.jit(traced, donate_argnums=donate)
+        fn.lower(*example)  # traces now: fills check_info before the first run
+        return _Entry(fn, reads, [first[s] for s in write_slots],
+                      [(m[0], _dense_stride(m[0], m[1]), m[2]) for m in fresh_specs], check_info)
 
     def _is_out_tensor(self, values, t):
         return any(values[i] is t for i in self.out_idx)
-
-    def _example_inputs(self, tensors, dyn, values, device, skip):
-        seen = {}
-        ins = []
-        for t, meta in tensors:
-            if meta[0] in seen:
-                continue
-            seen[meta[0]] = len(seen)
-            if seen[meta[0]] not in skip:
-                ins.append(storage.buffer(meta[0], meta[6], dtypes.to_jax(meta[4]), device))
-        ins.extend(dyn)
-        if self.lowering.random:
-            ins.extend(_rng_state(values, self.kinds, device, advance=False))
-        return ins
 
     def _write_targets(self, values, tensors, slots):
         """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
@@ -434,6 +445,8 @@ class OpKernel:
                 return type(v)(to_meta(x) for x in v)
             if isinstance(v, torch.Generator):
                 return None
+            if isinstance(v, torch.device) and v.type == "neuron":  # factory ops
+                return torch.device("meta")
             return v
 
         margs = [to_meta(v) for v in values]
@@ -505,6 +518,8 @@ def _is_default(v, default) -> bool:
 def _freeze(v):
     if isinstance(v, list):
         return tuple(_freeze(x) for x in v)
+    if isinstance(v, (bool, int, float)):  # 1 == 1.0 == True, yet they give different dtypes
+        return (type(v), v)
     return v
 
 

@@ -76,6 +76,7 @@ class Context:
     outs: List[Optional[OutSpec]]
     rng: Optional[Tuple[object, object]] = None  # (seed, offset) traced uint64 scalars
     checks: List[Tuple[object, type, str]] = field(default_factory=list)
+    salt: int = 0  # distinguishes random nodes of one compiled graph
     _draws: int = 0
 
     def out(self, i: int = 0) -> OutSpec:
@@ -90,7 +91,7 @@ class Context:
         if self.rng is None:
             raise RuntimeError("lowering asked for random numbers but was not registered with random=True")
         seed, offset = self.rng
-        key = jax.random.fold_in(jax.random.key(seed), offset)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), offset), self.salt)
         self._draws += 1
         return jax.random.fold_in(key, self._draws)
 

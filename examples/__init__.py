@@ -1,0 +1,1 @@
+"""Runnable examples of the `neuron` device; the README shows how to start each one."""

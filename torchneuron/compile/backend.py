@@ -1,0 +1,125 @@
+"""The `neuron` torch.compile backend: Dynamo -> AOTAutograd -> StableHLO -> XLA.
+
+``torch.compile(model, backend="neuron")``: Dynamo captures a graph, AOTAutograd
+decomposes it to core ATen ops, functionalizes it and traces the backward; each
+resulting forward and backward graph becomes one `GraphExecutable` (one `jax.jit`,
+built by interpreting the graph with the eager lowering table). Nodes with no lowering
+are split out by PyTorch's capability-based partitioner and run eagerly at that node
+(through the eager kernels and, failing those, the counted CPU fallback; strict mode
+raises). Dynamic shapes are specialized per concrete shape, with a cache.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from .. import config, metrics
+from .graph import GraphExecutable, lowerable
+
+log = logging.getLogger("torchneuron")
+
+
+class _Support(OperatorSupport):
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return node.op == "call_function" and lowerable(node)
+
+
+class _Submodule(torch.nn.Module):
+    """A fused partition: returns what the partition's graph module returned."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str):
+        super().__init__()
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        self.single = not isinstance(out.args[0], (list, tuple))
+        if self.single:
+            out.args = ((out.args[0],),)
+            gm.recompile()
+        self.exe = GraphExecutable(gm, name)
+
+    def forward(self, *args):
+        out = self.exe(*args)
+        return out[0] if self.single else out
+
+
+def _unsupported(gm: torch.fx.GraphModule):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and not lowerable(n)]
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
+    """A boxed callable running an AOTAutograd ATen graph on `neuron`."""
+    unsupported = _unsupported(gm)
+    if not unsupported:
+        exe = GraphExecutable(gm, name)
+        return make_boxed_func(lambda *args: exe(*args))
+    names = sorted({str(n.target) for n in unsupported})
+    if config.STRICT:
+        raise NotImplementedError(
+            f"torch.compile(backend='neuron'): no lowering for {names} and TORCHNEURON_STRICT=1 forbids "
+            "running them outside the compiled graph")
+    metrics.count("graph_partitions")
+    log.warning("torchneuron: compiled graph is split around ops with no lowering: %s", names)
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for child, sub in list(fused.named_children()):
+        setattr(fused, child, _Submodule(sub, f"{name}_{child}"))
+    return make_boxed_func(fused)
+
+
+def _decompositions():
+    return core_aten_decompositions()
+
+
+def _aot():
+    return aot_autograd(
+        fw_compiler=functools.partial(compile_graph, name="forward"),
+        bw_compiler=functools.partial(compile_graph, name="backward"),
+        inference_compiler=functools.partial(compile_graph, name="inference"),
+        decompositions=_decompositions(),
+        keep_inference_input_mutations=True,
+    )
+
+
+def _is_symbolic(x) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    return isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)
+
+
+_warned_dynamic = False
+
+
+class _Specializing:
+    """Compiles a Dynamo graph captured with symbolic shapes once per concrete shape."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.cache = {}
+
+    def __call__(self, *args):
+        key = tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        fn = self.cache.get(key)
+        if fn is None:
+            fn = self.cache[key] = _aot()(self.gm, list(args))
+        return fn(*args)
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The Dynamo backend registered as ``"neuron"``."""
+    global _warned_dynamic
+    if any(_is_symbolic(x) for x in example_inputs):
+        if not _warned_dynamic:
+            _warned_dynamic = True
+            warnings.warn("torch.compile(backend='neuron'): dynamic shapes are specialized per concrete shape "
+                          "(one executable per shape, cached)", stacklevel=2)
+        return _Specializing(gm)
+    return _aot()(gm, example_inputs)

@@ -1,0 +1,207 @@
+"""An ATen FX graph -> one XLA executable, interpreted with the eager lowering table.
+
+`GraphExecutable(gm)` is what the `neuron` torch.compile backend returns for each
+forward and backward graph AOTAutograd produces. Calling it with `neuron` tensors reads
+their views out of their storage buffers inside one `jax.jit`, runs every node's
+lowering, and returns new `neuron` tensors whose buffers are the executable's outputs:
+no host round trip. Inputs mutated by the graph (``copy_`` into a placeholder, which
+AOTAutograd emits for BatchNorm running statistics in inference graphs) are written
+back into the real tensors' storages. Random nodes draw from the device generator, so
+`torch.manual_seed` makes compiled runs reproducible.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.fx
+
+from .. import config, metrics
+from ..eager import executor
+from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
+from ..runtime import dtypes, storage, views
+from . import cache
+
+log = logging.getLogger("torchneuron")
+aten = torch.ops.aten
+
+
+def _schema_args(target, args, kwargs):
+    """The node's arguments in schema order, with defaults filled in."""
+    schema = target._schema
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if i < len(args):
+            out.append(args[i])
+        elif a.name in kwargs:
+            out.append(kwargs[a.name])
+        else:
+            out.append(a.default_value if a.has_default_value() else None)
+    return out
+
+
+def _out_specs(val) -> List[Optional[OutSpec]]:
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    specs = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            specs.append(OutSpec(tuple(v.shape), dtypes.to_jax(v.dtype)))
+        else:
+            specs.append(None)
+    return specs
+
+
+def lowerable(node: torch.fx.Node) -> bool:
+    """Whether a call_function node has a lowering (getitem always does)."""
+    if node.target is operator.getitem:
+        return True
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if node.target is aten.copy_.default:
+        return node.args[0].op == "placeholder"
+    return node.target in LOWERINGS and not LOWERINGS[node.target].mutates
+
+
+class GraphExecutable:
+    """Compiles and runs one functional ATen graph. Callable like the graph module."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph"):
+        self.gm = gm
+        self.name = name
+        self.nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        self.random = any(n.op == "call_function" and n.target in LOWERINGS and LOWERINGS[n.target].random
+                          for n in self.nodes)
+        self.mutated = []  # placeholder indices written by copy_ nodes, in node order
+        for n in self.nodes:
+            if n.op == "call_function" and n.target is aten.copy_.default:
+                self.mutated.append(self.placeholders.index(n.args[0]))
+        out_node = next(n for n in self.nodes if n.op == "output")
+        self.out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
+        self._execs: Dict[tuple, Any] = {}
+
+    # ------------------------------------------------------------------ tracing
+    def _interpret(self, geometry, *inputs):
+        n_in = len(geometry)
+        bufs, rest = inputs[:n_in], inputs[n_in:]
+        rng = tuple(rest[:2]) if self.random else None
+        env: Dict[torch.fx.Node, Any] = {}
+        mutations = []
+        it = iter(zip(geometry, bufs))
+        for index, node in enumerate(self.nodes):
+            if node.op == "placeholder":
+                geo, buf = next(it)
+                if geo is None:
+                    env[node] = buf
+                else:
+                    shape, stride, offset, dt = geo
+                    env[node] = views.read(buf, dt, shape, stride, offset)
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                if node.target is operator.getitem:
+                    env[node] = args[0][args[1]]
+                    continue
+                if node.target is aten.copy_.default:
+                    spec = _out_specs(node.meta.get("val"))[0]
+                    value = jnp.broadcast_to(jnp.asarray(args[1]).astype(spec.dtype), spec.shape)
+                    mutations.append(value)
+                    env[node] = value
+                    continue
+                low = LOWERINGS[node.target]
+                ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index)
+                with tracing(ctx):
+                    result = low.fn(*_schema_args(node.target, args, kwargs))
+                if ctx.checks:
+                    log.debug("device-side checks of %s are not raised inside compiled graphs", node.target)
+                env[node] = _cast(result, ctx.outs)
+            elif node.op == "output":
+                outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+                flat = []
+                for v, val in zip(outs, self.out_vals):
+                    if isinstance(val, torch.Tensor):
+                        flat.append(executor._to_layout(jnp.asarray(v).astype(dtypes.to_jax(val.dtype)),
+                                                        tuple(val.shape), tuple(val.stride())))
+                return tuple(flat), tuple(m.reshape(-1) for m in mutations)
+            else:
+                raise NotImplementedError(f"torchneuron compile: unsupported FX node {node.op}")
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, *args):
+        args = list(args)
+        geometry, bufs, device = [], [], None
+        for a in args:
+            meta = executor._tensor_meta(a) if isinstance(a, torch.Tensor) else None
+            if meta is None:
+                if isinstance(a, torch.Tensor):
+                    raise RuntimeError(f"torch.compile(backend='neuron'): expected neuron tensors, got {a.device}")
+                geometry.append(None)
+                bufs.append(a)
+                continue
+            handle, shape, stride, offset, dtype, index, nbytes = meta
+            device = index if device is None else device
+            geometry.append((shape, stride, offset, dtypes.to_jax(dtype)))
+            bufs.append(storage.buffer(handle, nbytes, dtypes.to_jax(dtype), index))
+        if device is None:
+            device = torch.neuron.current_device()
+        geometry = tuple(geometry)
+        extra = list(executor._rng_state([], [], device)) if self.random else []
+        fn = self._execs.get((geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype"))))
+        if fn is None:
+            fn = self._compile(geometry, bufs + extra)
+            self._execs[(geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")))] = fn
+        metrics.count("graph_executions")
+        outs, mutations = fn(*bufs, *extra)
+        results = []
+        it = iter(outs)
+        dev = torch.device("neuron", device)
+        for val in self.out_vals:
+            if isinstance(val, torch.Tensor):
+                t = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=dev)
+                storage.buffers[t.data_ptr()] = next(it)
+                results.append(t)
+            else:
+                results.append(val)
+        for i, value in zip(self.mutated, mutations):
+            self._write_back(args[i], value, dev)
+        return tuple(results)
+
+    def _write_back(self, target: torch.Tensor, flat, dev) -> None:
+        staged = torch.empty(target.shape, dtype=target.dtype, device=dev)
+        storage.buffers[staged.data_ptr()] = flat
+        with torch.no_grad():
+            target.copy_(staged)
+
+    def _compile(self, geometry, example):
+        start = time.perf_counter()
+        jitted = jax.jit(lambda *xs: self._interpret(geometry, *xs))
+        lowered = jitted.lower(*example)
+        if config.DUMP_DIR:
+            self._dump(lowered)
+        compiled, hit = cache.load_or_compile(lowered)
+        metrics.count("graph_cache_hits" if hit else "graph_cache_misses")
+        metrics.count("graphs_compiled")
+        metrics.add_time("graph_compile_seconds", time.perf_counter() - start)
+        return compiled
+
+    def _dump(self, lowered) -> None:
+        os.makedirs(config.DUMP_DIR, exist_ok=True)
+        stem = os.path.join(config.DUMP_DIR, f"{self.name}_{metrics.get('graphs_compiled')}")
+        with open(stem + ".fx.py", "w") as f:
+            f.write(self.gm.code)
+        with open(stem + ".stablehlo.mlir", "w") as f:
+            f.write(lowered.as_text())
+
+
+def _cast(result, specs):
+    if isinstance(result, (list, tuple)):
+        return type(result)(r if s is None else jnp.asarray(r).astype(s.dtype)
+                            for r, s in zip(result, list(specs) + [None] * (len(result) - len(specs))))
+    spec = specs[0] if specs else None
+    return result if spec is None else jnp.asarray(result).astype(spec.dtype)

@@ -1,0 +1,307 @@
+"""Linear algebra lowerings: matrix products (mm, addmm, bmm, baddbmm, addbmm, mv,
+addmv, dot, addr) and the `torch.linalg` decompositions (solve, cholesky, inv, det,
+qr, svd, eigh, lu_factor, triangular solve) through `jax.lax.linalg`.
+
+Products run at `Precision.HIGHEST` so float32 matches CPU's BLAS (no reduced-precision
+passes); float16/bfloat16 accumulate in float32 and round once, integers accumulate in
+their own type (wrapping as on CPU). Decompositions report failures the way CPU's
+LAPACK wrappers do: an `info` output (0 = success) computed from the JAX result, since
+JAX returns NaNs instead of failing.
+"""
+import jax.numpy as jnp
+from jax import lax
+
+import torch
+
+from .elementwise import _HALF
+from .registry import context, lowering
+
+aten = torch.ops.aten
+
+_HIGHEST = lax.Precision.HIGHEST
+
+
+def _acc(dtype):
+    """The dtype products accumulate in: float32 for half types, else the dtype itself."""
+    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
+
+
+def _reject_bool(dtype, name: str) -> None:
+    if jnp.dtype(dtype) == jnp.bool_:
+        raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
+
+
+def _dot(a, b, contract, batch=((), ())):
+    """`lax.dot_general` at HIGHEST precision, accumulating in `_acc` of the output."""
+    acc = _acc(context().out_dtype())
+    return lax.dot_general(a.astype(acc), b.astype(acc), (contract, batch), precision=_HIGHEST,
+                           preferred_element_type=acc)
+
+
+def _scaled_sum(self, product, beta, alpha):
+    """beta * self + alpha * product in the accumulation dtype, rounded once to the output
+    dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0."""
+    out = context().out_dtype()
+    acc = product.dtype
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        product = product * jnp.asarray(alpha, acc)
+    if isinstance(beta, (int, float)) and beta == 0:
+        return jnp.broadcast_to(product, context().out().shape).astype(out)
+    base = self.astype(acc)
+    if not (isinstance(beta, (int, float)) and beta == 1):
+        base = jnp.where(beta == 0, jnp.zeros((), acc), base * jnp.asarray(beta, acc))
+    return (base + product).astype(out)
+
+
+@lowering(aten.mm.default)
+def mm(self, mat2):
+    """aten::mm: (n, m) @ (m, p) -> (n, p); NotImplementedError for bool like CPU."""
+    _reject_bool(self.dtype, "addmm_impl_cpu_")
+    return _dot(self, mat2, ((1,), (0,))).astype(context().out_dtype())
+
+
+@lowering(aten.addmm.default)
+def addmm(self, mat1, mat2, beta=1, alpha=1):
+    """aten::addmm: beta * self + alpha * (mat1 @ mat2); self broadcasts to (n, p)."""
+    _reject_bool(mat1.dtype, "addmm_impl_cpu_")
+    return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha)
+
+
+@lowering(aten.bmm.default)
+def bmm(self, mat2):
+    """aten::bmm: (b, n, m) @ (b, m, p) -> (b, n, p)."""
+    _reject_bool(self.dtype, "bmm")
+    return _dot(self, mat2, ((2,), (1,)), ((0,), (0,))).astype(context().out_dtype())
+
+
+@lowering(aten.baddbmm.default)
+def baddbmm(self, batch1, batch2, beta=1, alpha=1):
+    """aten::baddbmm: beta * self + alpha * bmm(batch1, batch2)."""
+    _reject_bool(batch1.dtype, "baddbmm")
+    return _scaled_sum(self, _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha)
+
+
+@lowering(aten.addbmm.default)
+def addbmm(self, batch1, batch2, beta=1, alpha=1):
+    """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p)."""
+    _reject_bool(batch1.dtype, "addmm_impl_cpu_")
+    # Contracting over the batch dim too sums the per-batch products in one dot.
+    return _scaled_sum(self, _dot(batch1, batch2, ((0, 2), (0, 1))), beta, alpha)
+
+
+@lowering(aten.mv.default)
+def mv(self, vec):
+    """aten::mv: (n, m) @ (m,) -> (n,)."""
+    _reject_bool(self.dtype, "addmv_impl_cpu")
+    return _dot(self, vec, ((1,), (0,))).astype(context().out_dtype())
+
+
+@lowering(aten.addmv.default)
+def addmv(self, mat, vec, beta=1, alpha=1):
+    """aten::addmv: beta * self + alpha * (mat @ vec)."""
+    _reject_bool(mat.dtype, "addmv_impl_cpu")
+    return _scaled_sum(self, _dot(mat, vec, ((1,), (0,))), beta, alpha)
+
+
+@lowering(aten.dot.default)
+def dot(self, tensor):
+    """aten::dot: inner product of two 1-D tensors of the same dtype -> 0-dim."""
+    _reject_bool(self.dtype, "dot")
+    return _dot(self, tensor, ((0,), (0,))).astype(context().out_dtype())
+
+
+@lowering(aten.vdot.default)
+def vdot(self, other):
+    """aten::vdot: dot(conj(self), other)."""
+    _reject_bool(self.dtype, "vdot")
+    return _dot(jnp.conj(self), other, ((0,), (0,))).astype(context().out_dtype())
+
+
+@lowering(aten.addr.default)
+def addr(self, vec1, vec2, beta=1, alpha=1):
+    """aten::addr: beta * self + alpha * outer(vec1, vec2); bool tensors use and/or
+    like CPU."""
+    out = context().out_dtype()
+    if out == jnp.bool_:
+        outer = vec1[:, None] & vec2[None, :]
+        if not alpha:
+            outer = jnp.zeros_like(outer)
+        return outer | self if beta else jnp.broadcast_to(outer, context().out().shape)
+    acc = _acc(out)
+    outer = vec1.astype(acc)[:, None] * vec2.astype(acc)[None, :]
+    return _scaled_sum(self, outer, beta, alpha)
+
+
+# ------------------------------------------------------------------ decompositions
+def _info_from(ok):
+    """ATen's int32 `info` output: 0 where the factorization succeeded, else 1."""
+    return jnp.where(ok, 0, 1).astype(jnp.int32)
+
+
+def _all_finite(x, axes):
+    return jnp.all(jnp.isfinite(x), axis=axes)
+
+
+@lowering(aten.linalg_cholesky_ex.default)
+def linalg_cholesky_ex(self, upper=False, check_errors=False):
+    """aten::linalg_cholesky_ex: (L, info) of a batch of Hermitian positive-definite
+    matrices (..., n, n). info != 0 marks a matrix that is not positive-definite (L is
+    then NaN-filled by XLA where CPU leaves a partial factor)."""
+    L = lax.linalg.cholesky(self, symmetrize_input=False)
+    L = jnp.tril(L)
+    info = _info_from(_all_finite(L, (-2, -1)))
+    if check_errors:
+        context().check(jnp.all(info == 0), torch.linalg.LinAlgError,
+                        "linalg.cholesky: The factorization could not be completed because the input is not "
+                        "positive-definite.")
+    if upper:
+        L = jnp.conj(jnp.swapaxes(L, -1, -2))
+    return L, info
+
+
+def _lu(A):
+    """(LU, pivots (1-based int32, LAPACK order), info) of a batch of square matrices."""
+    lu, piv, _ = lax.linalg.lu(A)
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    info = _info_from(jnp.all(diag != 0, axis=-1) & _all_finite(lu, (-2, -1)))
+    return lu, (piv + 1).astype(jnp.int32), info
+
+
+@lowering(aten.linalg_lu_factor_ex.default)
+def linalg_lu_factor_ex(A, pivot=True, check_errors=False):
+    """aten::linalg_lu_factor_ex: (LU, pivots, info) with partial pivoting, LAPACK's
+    getrf layout (unit-lower L and U packed; 1-based pivots). info != 0: singular U."""
+    if not pivot:
+        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+    return _lu(A)
+
+
+def _lu_solve(lu, piv0, B, left=True, adjoint=False):
+    """Solves A X = B (or X A = B) from a packed LU factor and 0-based pivots."""
+    if not left:
+        # X A = B  <=>  A^H X^H = B^H
+        X = _lu_solve(lu, piv0, jnp.conj(jnp.swapaxes(B, -1, -2)), True, not adjoint)
+        return jnp.conj(jnp.swapaxes(X, -1, -2))
+    n = lu.shape[-1]
+    perm = lax.linalg.lu_pivots_to_permutation(piv0, n)
+    if not adjoint:
+        pb = jnp.take_along_axis(B, jnp.broadcast_to(perm[..., :, None], B.shape[:-2] + (n, B.shape[-1])), axis=-2)
+        y = lax.linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+        return lax.linalg.triangular_solve(lu, y, left_side=True, lower=False)
+    y = lax.linalg.triangular_solve(lu, B, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    x = lax.linalg.triangular_solve(lu, y, left_side=True, lower=True, unit_diagonal=True, transpose_a=True,
+                                    conjugate_a=True)
+    inv = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(x, jnp.broadcast_to(inv[..., :, None], x.shape), axis=-2)
+
+
+def _as_matrix(B, A, left):
+    """ATen's vector-rhs rule: B is a (batch of) vector(s) when B.ndim == 1 or when
+    B.shape == A.shape[:-1]."""
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    return (B[..., :, None] if left else B[..., None, :]), vector
+
+
+@lowering(aten._linalg_solve_ex.default)
+def linalg_solve_ex(A, B, left=True, check_errors=False):
+    """aten::_linalg_solve_ex: (X, LU, pivots, info) with A X = B (left) or X A = B.
+    A: (*, n, n); B: (*, n, k) or (*, n). info != 0 marks a singular A."""
+    ctx = context()
+    lu, piv, info = _lu(A)
+    Bm, vector = _as_matrix(B, A, left)
+    batch = jnp.broadcast_shapes(lu.shape[:-2], Bm.shape[:-2])
+    lu_b = jnp.broadcast_to(lu, batch + lu.shape[-2:])
+    piv_b = jnp.broadcast_to(piv - 1, batch + piv.shape[-1:])
+    X = _lu_solve(lu_b, piv_b, jnp.broadcast_to(Bm, batch + Bm.shape[-2:]), left)
+    if vector:
+        X = X[..., 0] if left else X[..., 0, :]
+    if check_errors:
+        ctx.check(jnp.all(info == 0), torch.linalg.LinAlgError,
+                  "linalg.solve: The solver failed because the input matrix is singular.")
+    return X.reshape(ctx.out(0).shape), lu, piv, info
+
+
+@lowering(aten.linalg_lu_solve.default)
+def linalg_lu_solve(LU, pivots, B, left=True, adjoint=False):
+    """aten::linalg_lu_solve: solves with a factor from lu_factor. LU: (*, n, n);
+    pivots: (*, n) 1-based; B: (*, n, k)."""
+    shape = context().out().shape
+    batch = shape[:-2]
+    lu = jnp.broadcast_to(LU, batch + LU.shape[-2:])
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32) - 1, batch + pivots.shape[-1:])
+    return _lu_solve(lu, piv, jnp.broadcast_to(B, shape), left, adjoint)
+
+
+@lowering(aten.linalg_inv_ex.default)
+def linalg_inv_ex(A, check_errors=False):
+    """aten::linalg_inv_ex: (inverse, info) of (*, n, n); info != 0 for singular."""
+    lu, piv, info = _lu(A)
+    n = A.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape)
+    inv = _lu_solve(lu, piv - 1, eye)
+    if check_errors:
+        context().check(jnp.all(info == 0), torch.linalg.LinAlgError,
+                        "linalg.inv: The diagonal element 1 is zero, the inversion could not be completed "
+                        "because the input matrix is singular.")
+    return inv, info
+
+
+@lowering(aten._linalg_det.default)
+def linalg_det(A):
+    """aten::_linalg_det: (det, LU, pivots) of (*, n, n); singular matrices give 0."""
+    lu, piv, _ = _lu(A)
+    n = A.shape[-1]
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    swaps = jnp.sum(piv != jnp.arange(1, n + 1, dtype=jnp.int32), axis=-1)
+    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype)
+    return sign * jnp.prod(diag, axis=-1), lu, piv
+
+
+@lowering(aten._linalg_slogdet.default)
+def linalg_slogdet(A):
+    """aten::_linalg_slogdet: (sign, logabsdet, LU, pivots) of (*, n, n)."""
+    lu, piv, _ = _lu(A)
+    n = A.shape[-1]
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    swaps = jnp.sum(piv != jnp.arange(1, n + 1, dtype=jnp.int32), axis=-1)
+    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype) * jnp.prod(jnp.sign(diag), axis=-1)
+    return sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv
+
+
+@lowering(aten.linalg_qr.default, static=("mode",))
+def linalg_qr(A, mode="reduced"):
+    """aten::linalg_qr: (Q, R) of (*, m, n); mode 'reduced', 'complete' or 'r' (Q empty)."""
+    if mode == "r":
+        r = jnp.linalg.qr(A, mode="r")
+        return jnp.zeros(context().out(0).shape, A.dtype), r
+    return jnp.linalg.qr(A, mode=mode)
+
+
+@lowering(aten._linalg_svd.default)
+def linalg_svd(A, full_matrices=False, compute_uv=True, driver=None):
+    """aten::_linalg_svd: (U, S, Vh) of (*, m, n); U and Vh empty without compute_uv.
+    Singular vectors are unique only up to sign: compare reconstructions, not U."""
+    if not compute_uv:
+        s = jnp.linalg.svd(A, compute_uv=False)
+        ctx = context()
+        return jnp.zeros(ctx.out(0).shape, A.dtype), s, jnp.zeros(ctx.out(2).shape, A.dtype)
+    return jnp.linalg.svd(A, full_matrices=full_matrices)
+
+
+@lowering(aten._linalg_eigh.default, static=("UPLO",))
+def linalg_eigh(A, UPLO="L", compute_v=True):
+    """aten::_linalg_eigh: (eigenvalues ascending, eigenvectors) of Hermitian (*, n, n),
+    reading only the `UPLO` triangle."""
+    w, v = jnp.linalg.eigh(A, UPLO=UPLO, symmetrize_input=False)
+    if not compute_v:
+        return w, jnp.zeros(context().out(1).shape, A.dtype)
+    return w, v
+
+
+@lowering(aten.linalg_solve_triangular.default)
+def linalg_solve_triangular(self, B, upper, left=True, unitriangular=False):
+    """aten::linalg_solve_triangular: X with A X = B (left) or X A = B; A: (*, n, n)."""
+    shape = context().out().shape
+    a_shape = shape[:-2] + self.shape[-2:]
+    return lax.linalg.triangular_solve(jnp.broadcast_to(self, a_shape), jnp.broadcast_to(B, shape),
+                                       left_side=left, lower=not upper, unit_diagonal=unitriangular)

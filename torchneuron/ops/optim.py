@@ -1,0 +1,1 @@
+"""Lowerings: optim (being written)."""
