@@ -27,7 +27,10 @@ def install() -> None:
     shim = _extension.load()
     torch.utils.rename_privateuse1_backend("neuron")
     shim.register_hooks()
-    shim.set_callbacks(storage.buffers, storage.resize, storage.copy_bytes, pjrt.device_count)
+    from .eager import host_kernels
+
+    shim.set_callbacks(storage.buffers, storage.resize, storage.copy_bytes, pjrt.device_count,
+                       host_kernels.synchronize)
     atexit.register(shim.python_shutdown)
     torch._register_device_module("neuron", device)
     torch.utils.generate_methods_for_privateuse1_backend(

@@ -15,6 +15,8 @@ _SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "neuron.cpp")
 def _build_dir() -> str:
     import torch
 
+    if config.EXTENSION_DIR:
+        return config.EXTENSION_DIR
     with open(_SOURCE, "rb") as f:
         digest = hashlib.sha256(f.read() + torch.__version__.encode() + sys.version.encode()).hexdigest()[:16]
     return os.path.join(config.CACHE_DIR, "extensions", digest)

@@ -25,6 +25,9 @@ CACHE_DIR: str = os.environ.get(
     "TORCHNEURON_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "torchneuron")
 )
 
+#: Directory of the built C++ shim (default: under CACHE_DIR, keyed by source hash).
+EXTENSION_DIR: str = os.environ.get("TORCHNEURON_EXTENSION_DIR", "")
+
 #: Directory where compiled graphs' FX code and StableHLO text are written (empty: off).
 DUMP_DIR: str = os.environ.get("TORCHNEURON_DUMP_DIR", "")
 

@@ -39,12 +39,33 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return True
+    """Whether this process has started the PJRT client."""
+    from .runtime import pjrt
+
+    return pjrt._init_pid is not None and not pjrt.in_bad_fork()
 
 
 def init() -> None:
     """Initializes the PJRT client (done lazily by the first device use otherwise)."""
+    _lazy_init()
+
+
+def _lazy_init() -> None:
+    """Starts the PJRT client; PyTorch calls it before creating the first `neuron`
+    tensor of a process. RuntimeError in a forked child of a process that had started
+    it (like CUDA): the child has the parent's client state but none of its threads."""
+    if _is_in_bad_fork():
+        raise RuntimeError(
+            "Cannot re-initialize neuron in forked subprocess. To use neuron with multiprocessing, "
+            "you must use the 'spawn' start method")
     device_count()
+
+
+def _is_in_bad_fork() -> bool:
+    """True in a forked child of a process that used the device (`torch.cuda` API)."""
+    from .runtime import pjrt
+
+    return pjrt.in_bad_fork()
 
 
 def device_count() -> int:
@@ -196,10 +217,6 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]
-
-
-def _is_in_bad_fork() -> bool:
-    return False
 
 
 # ------------------------------------------------------------------ streams and events

@@ -49,9 +49,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
-    eval_interval: int = 25  # 0: evaluate only after the last step
+    eval_interval: int = 25  # also after the last step; 0: never evaluate
     eval_iters: int = 4
-    ckpt_interval: int = 50  # 0: never write a checkpoint
+    ckpt_interval: int = 50  # also after the last step; 0: never write a checkpoint
     out_dir: str = "runs/gpt"
     resume: bool = False
     progress: bool = True
@@ -190,7 +190,7 @@ def train(config: TrainConfig) -> TrainResult:
         result.losses.append(value)
         bar.set_postfix(loss=f"{value:.4f}")
 
-        if (config.eval_interval and step % config.eval_interval == 0) or step == config.steps:
+        if config.eval_interval and (step % config.eval_interval == 0 or step == config.steps):
             losses = evaluate(model, {"train": train_data, "val": val_data}, config)
             result.evals[step] = losses
             tqdm.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}",
@@ -221,10 +221,10 @@ def parse_args(argv: Optional[List[str]] = None) -> TrainConfig:
     p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm, 0 to disable")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--eval-interval", type=int, default=d.eval_interval,
-                   help="evaluate every N steps (and after the last); 0: only after the last")
+                   help="evaluate every N steps and after the last; 0: never")
     p.add_argument("--eval-iters", type=int, default=d.eval_iters, help="batches per evaluation")
     p.add_argument("--ckpt-interval", type=int, default=d.ckpt_interval,
-                   help="checkpoint every N steps (and after the last); 0: never")
+                   help="checkpoint every N steps and after the last; 0: never")
     p.add_argument("--out-dir", default=d.out_dir, help="checkpoint directory (default %(default)s)")
     p.add_argument("--resume", action="store_true", help=f"continue from OUT_DIR/{CHECKPOINT_NAME}")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")

@@ -19,13 +19,14 @@ from typing import Any, Dict, List, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.fx
 
 from .. import config, metrics
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
-from ..runtime import dtypes, storage, views
+from ..runtime import dtypes, storage, transfer, views
 from . import cache
 
 log = logging.getLogger("torchneuron")
@@ -140,7 +141,9 @@ class GraphExecutable:
             meta = executor._tensor_meta(a) if isinstance(a, torch.Tensor) else None
             if meta is None:
                 if isinstance(a, torch.Tensor):
-                    raise RuntimeError(f"torch.compile(backend='neuron'): expected neuron tensors, got {a.device}")
+                    # CPU tensors in a graph are host state such as torch.optim's step
+                    # counters: they enter the executable as values.
+                    a = dtypes.numpy_view(a.detach().contiguous()).copy()
                 geometry.append(None)
                 bufs.append(a)
                 continue
@@ -162,7 +165,9 @@ class GraphExecutable:
         it = iter(outs)
         dev = torch.device("neuron", device)
         for val in self.out_vals:
-            if isinstance(val, torch.Tensor):
+            if isinstance(val, torch.Tensor) and val.device.type != "neuron":
+                results.append(dtypes.from_numpy(np.array(next(it))).reshape(val.shape))
+            elif isinstance(val, torch.Tensor):
                 t = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=dev)
                 storage.buffers[t.data_ptr()] = next(it)
                 results.append(t)
@@ -173,6 +178,10 @@ class GraphExecutable:
         return tuple(results)
 
     def _write_back(self, target: torch.Tensor, flat, dev) -> None:
+        meta = executor._tensor_meta(target)
+        if meta is not None and transfer.covers_storage(meta) and storage.buffers.get(meta[0], flat).dtype == flat.dtype:
+            storage.buffers[meta[0]] = flat
+            return
         staged = torch.empty(target.shape, dtype=target.dtype, device=dev)
         storage.buffers[staged.data_ptr()] = flat
         with torch.no_grad():

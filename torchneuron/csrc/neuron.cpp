@@ -21,10 +21,14 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <pthread.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_set>
@@ -41,6 +45,7 @@ static PyObject* g_registry = nullptr;   // dict: handle (int) -> flat buffer
 static PyObject* g_resize_cb = nullptr;  // (old_handle, new_handle, new_nbytes) -> None
 static PyObject* g_copy_cb = nullptr;    // (dst_handle, src_handle, nbytes) -> None
 static PyObject* g_count_cb = nullptr;   // () -> int, the number of PJRT devices
+static PyObject* g_sync_cb = nullptr;    // () -> None, waits for all queued device work
 static std::atomic<bool> g_python_alive{false};
 
 // Calls fn(a, b, n) with the GIL held; a Python exception becomes a C++ one.
@@ -53,6 +58,16 @@ static void call_python(PyObject* fn, uint64_t a, uint64_t b, size_t n) {
   if (!out) {
     throw py::error_already_set();
   }
+  Py_DECREF(out);
+}
+
+// Waits for all queued device work (torch.accelerator.synchronize, stream and event
+// synchronization). A no-op while Python is not running.
+static void synchronize_all() {
+  if (!g_sync_cb || !g_python_alive.load() || !Py_IsInitialized() || _Py_IsFinalizing()) return;
+  py::gil_scoped_acquire gil;
+  PyObject* out = PyObject_CallObject(g_sync_cb, nullptr);
+  if (!out) throw py::error_already_set();
   Py_DECREF(out);
 }
 
@@ -342,30 +357,56 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.index() >= 0) t_current_device = d.index();
   }
+  // Streams name a concrete device, as CUDA's do (`torch.Stream("neuron")` is on the
+  // current device).
+  static c10::Device concrete(c10::Device d) {
+    return c10::Device(static_type, d.index() < 0 ? t_current_device : d.index());
+  }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, concrete(d));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, concrete(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    return c10::Stream(c10::Stream::DEFAULT, concrete(s.device()));
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return device_count();
   }
-  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
-              const c10::EventFlag /*flag*/) const override {}
+  // An event is the host time at which all work queued before its record() was done,
+  // which is what elapsed_time() measures on a device with one in-order queue.
+  struct Event {
+    std::chrono::steady_clock::time_point time;
+  };
+  void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {
+    synchronize_all();
+    if (*event == nullptr) *event = new Event();
+    static_cast<Event*>(*event)->time = std::chrono::steady_clock::now();
+  }
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
   bool queryEvent(void* /*event*/) const override {
     return true;
   }
-  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    delete static_cast<Event*>(event);
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
+    auto dt = static_cast<Event*>(end)->time - static_cast<Event*>(start)->time;
+    return std::chrono::duration<double, std::milli>(dt).count();
+  }
   bool queryStream(const c10::Stream& /*stream*/) const override {
     return true;
   }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {
+    synchronize_all();
+  }
   void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {
+    synchronize_all();
+  }
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
 };
 
@@ -497,11 +538,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 // ---------------------------------------------------------------- Python bindings
-static void set_callbacks(py::object registry, py::object resize_cb, py::object copy_cb, py::object count_cb) {
+static void set_callbacks(py::object registry, py::object resize_cb, py::object copy_cb, py::object count_cb,
+                          py::object sync_cb) {
   g_registry = registry.release().ptr();
   g_resize_cb = resize_cb.release().ptr();
   g_copy_cb = copy_cb.release().ptr();
   g_count_cb = count_cb.release().ptr();
+  g_sync_cb = sync_cb.release().ptr();
   g_python_alive.store(true);
 }
 
@@ -552,6 +595,10 @@ static void register_hooks() {
   // Storages made without a tensor (torch.UntypedStorage(n, device="neuron"), which
   // torch.load uses for map_location) look the allocator up by device type.
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
+  // As for CUDA: a forked child must run torch.neuron._lazy_init() again before it
+  // makes neuron tensors, so that it raises instead of using the parent's PJRT client
+  // (whose threads do not exist in the child).
+  pthread_atfork(nullptr, nullptr, [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, true); });
   g_hooks_registered = true;
 }
 

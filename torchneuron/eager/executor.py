@@ -102,7 +102,9 @@ class _Entry:
         # not passed.
         self.reads = reads
         self.writes = writes  # likewise, per storage whose buffer the executable replaces
-        self.fresh = fresh  # [(shape, stride, torch dtype)] of new output tensors
+        # Per non-aliased output: (shape, stride, torch dtype) of a new tensor, None for
+        # an undefined tensor (a masked-out gradient), or an int for a SymInt output.
+        self.fresh = fresh
         self.checks = checks_  # [(exc_type, message)] per device-side check flag
 
 
@@ -118,7 +120,7 @@ class OpKernel:
         self.names = [a.name for a in args]
         self.kinds = [_kind(a) for a in args]
         self.defaults = [a.default_value if a.has_default_value() else None for a in args]
-        self.writes = [i for i, a in enumerate(args) if _is_write(a)]
+        self.writes = [i for i, a in enumerate(args) if _is_write(a) or a.name in lowering.writes]
         self.out_idx = [i for i, a in enumerate(args) if a.kwarg_only and _is_write(a)] if mode == "out" else []
         self.in_idx = [i for i in range(len(args)) if i not in self.out_idx]
         for i, a in enumerate(args):
@@ -255,8 +257,11 @@ class OpKernel:
         results = []
         if entry.fresh:
             dev = _devices[device]
-            for shape, stride, dtype in entry.fresh:
-                t = torch.empty_strided(shape, stride, dtype=dtype, device=dev)
+            for spec in entry.fresh:
+                if not isinstance(spec, tuple):
+                    results.append(spec)
+                    continue
+                t = torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=dev)
                 buffers[t.data_ptr()] = outs[k]
                 results.append(t)
                 k += 1
@@ -315,7 +320,7 @@ class OpKernel:
                       and int(np.prod(shape)) == lengths[slot] and buf_dtypes[slot] == dt)
             if slot not in read_slots and covers:
                 skip.add(slot)
-        fresh_specs = [] if self.mode in ("inplace", "out") else [m for m in metas_out if m is not None]
+        fresh_specs = [] if self.mode in ("inplace", "out") else metas_out
         lowering = self.lowering
         kinds = self.kinds
         defaults = self.defaults
@@ -359,7 +364,8 @@ class OpKernel:
                     args.append(None)
                 else:
                     args.append(v)
-            ctx = Context(outs=[None if m is None else OutSpec(m[0], dtypes.to_jax(m[2])) for m in metas_out],
+            ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
+                                for m in metas_out],
                           rng=tuple(rng) if rng else None)
             with tracing(ctx):
                 result = lowering.fn(*args)
@@ -382,8 +388,9 @@ class OpKernel:
                 new_bufs[slot] = views.write(base, lengths[slot], dt, shape, stride, offset, value)
             outs = [new_bufs[s] for s in write_slots]
             flat_results = _flatten(results) if mode not in ("inplace", "out") else []
-            for r, m in zip(flat_results, [m for m in metas_out if m is not None]):
-                outs.append(_to_layout(jnp.asarray(r).astype(dtypes.to_jax(m[2])), m[0], m[1]))
+            for r, m in zip(flat_results, metas_out):
+                if isinstance(m, tuple):  # results at undefined or SymInt outputs are ignored
+                    outs.append(_to_layout(jnp.asarray(r).astype(dtypes.to_jax(m[2])), m[0], m[1]))
             for ok, exc_type, message in ctx.checks:
                 check_info.append((exc_type, message))
                 outs.append(ok)
@@ -399,7 +406,8 @@ class OpKernel:
         fn = jax.jit(traced, donate_argnums=donate)
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
-                      [(m[0], _dense_stride(m[0], m[1]), m[2]) for m in fresh_specs], check_info)
+                      [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
+                       for m in fresh_specs], check_info)
 
     def _is_out_tensor(self, values, t):
         return any(values[i] is t for i in self.out_idx)
@@ -464,7 +472,8 @@ class OpKernel:
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
-        return [None if o is None else (tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
+        return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
+                else None if o is None else int(o) for o in outs]
 
     def _meta_from_lowering(self, values):
         raise NotImplementedError(f"{self.op} has no meta kernel")

@@ -58,7 +58,7 @@ def install() -> None:
     for op, low in list(registry.LOWERINGS.items()):
         if not low.eager:
             continue
-        if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+        if low.writes or any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
             if low.mutates:
                 register(op, executor.OpKernel(op, low, "mutating"))
             continue

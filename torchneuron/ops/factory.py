@@ -13,6 +13,7 @@ the order of operations are mirrored so results are bitwise equal, not merely cl
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
 from .registry import context, lowering
 
@@ -63,55 +64,80 @@ def _round_each(dtype):
     return lambda x: x.astype(dtype).astype(jnp.float32)
 
 
-@lowering(aten.linspace.default)
+# c10 names of the C++ types in Scalar conversion errors.
+_CPP_NAMES = {jnp.dtype(jnp.uint8): "uint8_t", jnp.dtype(jnp.int8): "int8_t", jnp.dtype(jnp.int16): "int16_t",
+              jnp.dtype(jnp.int32): "int", jnp.dtype(jnp.int64): "int64_t", jnp.dtype(jnp.float16): "c10::Half",
+              jnp.dtype(jnp.bfloat16): "c10::BFloat16", jnp.dtype(jnp.float32): "float"}
+
+
+def _scalar_to(value, dtype, op):
+    """`value` (a Python number) converted to `dtype` the way c10::Scalar::to<T>()
+    does: truncation toward zero for integers, RuntimeError when out of range."""
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bool_:
+        raise NotImplementedError(f'"{op}_cpu" not implemented for \'Bool\'')
+    name = _CPP_NAMES.get(dtype)
+    if name is not None and np.isfinite(value):
+        info = jnp.iinfo(dtype) if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo(dtype)
+        if not float(info.min) <= value <= float(info.max):
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+    if jnp.issubdtype(dtype, jnp.integer):
+        return int(value)
+    return value
+
+
+@lowering(aten.linspace.default, static=("start", "end"))
 def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::linspace` (and `linspace.out`): `steps` points from `start` to `end`; the
     first half counts up from `start`, the second half down from `end`, as ATen does.
 
-    Integer outputs compute in double from the integer-converted bounds and truncate;
-    float outputs compute in their own type."""
+    The bounds are static: like ATen they are first converted to the output type
+    (RuntimeError on overflow; bool outputs raise NotImplementedError). Integer outputs
+    compute in double and truncate; float outputs compute in their own type."""
     out = context().out_dtype()
+    s, e = _scalar_to(start, out, "linspace"), _scalar_to(end, out, "linspace")
     if steps == 0:
         return jnp.zeros((0,), out)
     if steps == 1:
-        return jnp.full((1,), jnp.asarray(start).astype(out))
+        return jnp.full((1,), s, out)
     idx = np.arange(steps)
     up = idx < steps // 2
-    if jnp.issubdtype(out, jnp.integer) or out == jnp.bool_:
-        s = jnp.asarray(start).astype(out).astype(jnp.float64)
-        e = jnp.asarray(end).astype(out).astype(jnp.float64)
-        step = (e - s) / (steps - 1)
-        vals = jnp.where(up, s + step * idx, e - step * (steps - idx - 1))
-        return vals.astype(out)
+    down = steps - idx - 1
+    if jnp.issubdtype(out, jnp.integer):
+        step = (float(e) - float(s)) / (steps - 1)
+        return jnp.asarray(np.where(up, s + step * idx, e - step * down)).astype(out)
     if out in _HALF:
         r = _round_each(out)
-        s, e = r(jnp.asarray(start).astype(jnp.float32)), r(jnp.asarray(end).astype(jnp.float32))
+        s, e = r(jnp.float32(s)), r(jnp.float32(e))
         step = r(r(e - s) / r(jnp.float32(steps - 1)))
-        fi = r(jnp.asarray(idx, jnp.float32))
-        fj = r(jnp.asarray(steps - idx - 1, jnp.float32))
-        vals = jnp.where(up, r(s + r(step * fi)), r(e - r(step * fj)))
+        vals = jnp.where(up, r(s + r(step * r(jnp.asarray(idx, jnp.float32)))),
+                         r(e - r(step * r(jnp.asarray(down, jnp.float32)))))
         return vals.astype(out)
-    s, e = jnp.asarray(start).astype(out), jnp.asarray(end).astype(out)
+    s, e = jnp.asarray(s, out), jnp.asarray(e, out)
     step = (e - s) / jnp.asarray(steps - 1, out)
-    vals = jnp.where(up, s + step * jnp.asarray(idx, out), e - step * jnp.asarray(steps - idx - 1, out))
+    # ATen's `start + step * i` compiles to a fused multiply-add (one rounding): float32
+    # gets that from computing in float64; float64 may differ from it by one ulp.
+    w = jnp.float64
+    s, e, step = s.astype(w), e.astype(w), step.astype(w)
+    i = lax.iota(w, steps)
+    vals = jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i))
     return vals.astype(out)
 
 
-@lowering(aten.logspace.default)
+@lowering(aten.logspace.default, static=("start", "end"))
 def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::logspace` (and `logspace.out`): ``base ** linspace(start, end)``, computed
-    in double from bounds converted to the output type, as ATen's CPU kernel does."""
+    in double from bounds converted to the output type (errors as in `linspace`)."""
     out = context().out_dtype()
+    s, e = _scalar_to(start, out, "logspace"), _scalar_to(end, out, "logspace")
     if steps == 0:
         return jnp.zeros((0,), out)
     base = jnp.asarray(base, jnp.float64)
     if steps == 1:
-        return jnp.full((1,), jnp.power(base, jnp.asarray(start, jnp.float64)).astype(out))
+        return jnp.full((1,), jnp.power(base, jnp.float64(start)).astype(out))
     idx = np.arange(steps)
-    s = jnp.asarray(start).astype(out)
-    e = jnp.asarray(end).astype(out)
-    span = (e - s).astype(jnp.float64)  # the subtraction happens in the output type
-    step = span / (steps - 1)
+    s, e = jnp.asarray(s, out), jnp.asarray(e, out)
+    step = (e - s).astype(jnp.float64) / (steps - 1)  # the subtraction happens in the output type
     s, e = s.astype(jnp.float64), e.astype(jnp.float64)
     expo = jnp.where(idx < steps // 2, s + step * idx, e - step * (steps - idx - 1))
     return jnp.power(base, expo).astype(out)

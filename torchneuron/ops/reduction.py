@@ -1,1 +1,481 @@
-"""Lowerings: reduction (being written)."""
+"""Reduction, scan and sort lowerings: sum/mean/prod, extrema and their indices,
+variance, norms, any/all, cumulative ops, sort/topk and order statistics.
+
+Shapes, output dtypes and the errors for bad arguments (empty reductions without an
+identity, bad dims) come from PyTorch's meta kernels before a lowering runs; every
+lowering reduces without keepdim and reshapes to the output shape PyTorch computed.
+Half types accumulate in float32 and round once, as ATen's CPU kernels do. Floating
+extrema propagate NaN; sorts order NaN after +inf (before it when descending).
+"""
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ._common import acc_type, is_float
+from .registry import context, lowering
+
+aten = torch.ops.aten
+
+
+def _axes(dim, ndim: int) -> tuple:
+    """An ATen reduction `dim` (None, int or list; None and [] mean all dims) as
+    sorted non-negative axes; a 0-dim tensor has none."""
+    if ndim == 0:
+        return ()
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return tuple(range(ndim))
+    return tuple(sorted({d % ndim for d in dim}))
+
+
+def _axis(dim: int, ndim: int):
+    """A single ATen dim as a JAX axis; None for a 0-dim tensor."""
+    return None if ndim == 0 else dim % ndim
+
+
+def _shaped(value, i: int = 0):
+    """`value` reshaped to output `i`'s shape (keepdim or not) and cast to its dtype."""
+    out = context().out(i)
+    return jnp.reshape(value, out.shape).astype(out.dtype)
+
+
+def _count(shape, axes) -> int:
+    return int(np.prod([shape[a] for a in axes])) if axes else 1
+
+
+# ------------------------------------------------------------------ sums and products
+@lowering(aten.sum.dim_IntList)
+def sum_(self, dim=None, keepdim=False, dtype=None):
+    """`aten::sum.dim_IntList` (`torch.sum`, `sum.IntList_out`): bool and integer
+    inputs sum in int64, half types in float32."""
+    acc = acc_type(context().out_dtype())
+    return _shaped(jnp.sum(self.astype(acc), axis=_axes(dim, self.ndim)))
+
+
+@lowering(aten.nansum.default)
+def nansum(self, dim=None, keepdim=False, dtype=None):
+    """`aten::nansum`: `sum` counting NaN as zero."""
+    acc = acc_type(context().out_dtype())
+    x = self.astype(acc)
+    if is_float(acc):
+        x = jnp.where(jnp.isnan(x), jnp.zeros((), acc), x)
+    return _shaped(jnp.sum(x, axis=_axes(dim, self.ndim)))
+
+
+@lowering(aten.mean.dim)
+def mean(self, dim=None, keepdim=False, dtype=None):
+    """`aten::mean.dim` (`torch.mean`): sum / count in the accumulation type; an empty
+    reduction gives NaN. Integer inputs raise in the meta kernel, as on CPU."""
+    acc = acc_type(context().out_dtype())
+    axes = _axes(dim, self.ndim)
+    total = jnp.sum(self.astype(acc), axis=axes)
+    return _shaped(total / jnp.asarray(_count(self.shape, axes), acc))
+
+
+@lowering(aten.prod.dim_int)
+def prod_dim(self, dim, keepdim=False, dtype=None):
+    """`aten::prod.dim_int`: product along `dim`; bool and integer inputs multiply in
+    int64 (wrapping on overflow like CPU), half types in float32."""
+    acc = acc_type(context().out_dtype())
+    return _shaped(jnp.prod(self.astype(acc), axis=_axes(dim, self.ndim)))
+
+
+@lowering(aten.prod.default)
+def prod(self, dtype=None):
+    """`aten::prod`: product of all elements (accumulation as `prod.dim_int`)."""
+    return prod_dim(self, None)
+
+
+@lowering(aten.count_nonzero.dim_IntList)
+def count_nonzero(self, dim):
+    """`aten::count_nonzero.dim_IntList`: int64 count of nonzero elements."""
+    return _shaped(jnp.sum(self != 0, axis=_axes(dim, self.ndim), dtype=jnp.int64))
+
+
+@lowering(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(self, dim=None, keepdim=False):
+    """`aten::any` (all dims, one dim, several dims): bool, uint8 for uint8 input."""
+    return _shaped(jnp.any(self != 0, axis=_axes(dim, self.ndim)))
+
+
+@lowering(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(self, dim=None, keepdim=False):
+    """`aten::all` (all dims, one dim, several dims): bool, uint8 for uint8 input."""
+    return _shaped(jnp.all(self != 0, axis=_axes(dim, self.ndim)))
+
+
+# ------------------------------------------------------------------ extrema
+def _extreme(x, axes, largest: bool):
+    """max/min over `axes`, NaN-propagating for floats (XLA's max/min already are)."""
+    if x.dtype == jnp.bool_:
+        return jnp.any(x, axis=axes) if largest else jnp.all(x, axis=axes)
+    return jnp.max(x, axis=axes) if largest else jnp.min(x, axis=axes)
+
+
+@lowering(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    """`aten::amax`: maximum over `dim` (all if empty), NaN-propagating. Empty
+    reductions raise IndexError in the meta kernel, as on CPU."""
+    return _shaped(_extreme(self, _axes(dim, self.ndim), True))
+
+
+@lowering(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    """`aten::amin`: minimum over `dim` (all if empty), NaN-propagating."""
+    return _shaped(_extreme(self, _axes(dim, self.ndim), False))
+
+
+@lowering(aten.max.default)
+def max_(self):
+    """`aten::max` (no dim): the maximum element, NaN if any; RuntimeError (meta
+    kernel) on an empty tensor."""
+    return _shaped(_extreme(self, _axes(None, self.ndim), True))
+
+
+@lowering(aten.min.default)
+def min_(self):
+    """`aten::min` (no dim): the minimum element, NaN if any."""
+    return _shaped(_extreme(self, _axes(None, self.ndim), False))
+
+
+@lowering(aten.aminmax.default)
+def aminmax(self, dim=None, keepdim=False):
+    """`aten::aminmax`: (amin, amax) over one dim or all."""
+    axes = _axes(dim, self.ndim)
+    return _shaped(_extreme(self, axes, False), 0), _shaped(_extreme(self, axes, True), 1)
+
+
+def _arg_extreme(x, axis, largest: bool):
+    """Index of the first maximum (minimum) along `axis`; the first NaN wins."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    return jnp.argmax(x, axis=axis) if largest else jnp.argmin(x, axis=axis)
+
+
+@lowering(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    """`aten::argmax`: int64 index of the first maximum (first NaN) along `dim`, of
+    the flattened tensor if `dim` is None."""
+    x = self.reshape(-1) if dim is None or self.ndim == 0 else self
+    return _shaped(_arg_extreme(x, 0 if dim is None or self.ndim == 0 else dim % self.ndim, True))
+
+
+@lowering(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    """`aten::argmin`: int64 index of the first minimum (first NaN) along `dim`."""
+    x = self.reshape(-1) if dim is None or self.ndim == 0 else self
+    return _shaped(_arg_extreme(x, 0 if dim is None or self.ndim == 0 else dim % self.ndim, False))
+
+
+def _extreme_dim(self, dim, largest):
+    if self.ndim == 0:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    axis = dim % self.ndim
+    idx = _arg_extreme(self, axis, largest)
+    values = jnp.take_along_axis(self, jnp.expand_dims(idx, axis), axis=axis)
+    return _shaped(values, 0), _shaped(idx, 1)
+
+
+@lowering(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    """`aten::max.dim` (and `max.dim_max`): (values, int64 indices) of the first
+    maximum along `dim`; a NaN is the maximum."""
+    return _extreme_dim(self, dim, True)
+
+
+@lowering(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    """`aten::min.dim` (and `min.dim_min`): like `max.dim` for the minimum."""
+    return _extreme_dim(self, dim, False)
+
+
+# ------------------------------------------------------------------ moments and norms
+def _var(self, dim, correction):
+    """(variance, mean) over `dim` in the accumulation type, two-pass. The divisor is
+    max(0, N - correction) as in ATen: zero degrees of freedom give inf or NaN."""
+    out = context().out_dtype()
+    acc = acc_type(out)
+    axes = _axes(dim, self.ndim)
+    n = _count(self.shape, axes)
+    x = self.astype(acc)
+    mean = jnp.sum(x, axis=axes, keepdims=True) / jnp.asarray(n, acc)
+    d = x - mean
+    m2 = jnp.sum(d * d, axis=axes)
+    c = 1 if correction is None else correction
+    divisor = jnp.maximum(jnp.asarray(n, acc) - jnp.asarray(c, acc), jnp.zeros((), acc))
+    return m2 / divisor, jnp.squeeze(mean, axis=axes)
+
+
+@lowering(aten.var.correction)
+def var(self, dim=None, correction=None, keepdim=False):
+    """`aten::var.correction` (`torch.var`, any `unbiased`/`correction`)."""
+    return _shaped(_var(self, dim, correction)[0])
+
+
+@lowering(aten.std.correction)
+def std(self, dim=None, correction=None, keepdim=False):
+    """`aten::std.correction`: square root of `var`."""
+    return _shaped(jnp.sqrt(_var(self, dim, correction)[0]))
+
+
+@lowering(aten.var_mean.correction)
+def var_mean(self, dim=None, correction=None, keepdim=False):
+    """`aten::var_mean.correction`: (var, mean)."""
+    v, m = _var(self, dim, correction)
+    return _shaped(v, 0), _shaped(m, 1)
+
+
+@lowering(aten.std_mean.correction)
+def std_mean(self, dim=None, correction=None, keepdim=False):
+    """`aten::std_mean.correction`: (std, mean)."""
+    v, m = _var(self, dim, correction)
+    return _shaped(jnp.sqrt(v), 0), _shaped(m, 1)
+
+
+@lowering(aten.logsumexp.default)
+def logsumexp(self, dim, keepdim=False):
+    """`aten::logsumexp`: log(sum(exp(x - m))) + m with m the max, where an infinite
+    max is replaced by 0 (ATen's rule, so all -inf gives -inf and +inf gives +inf)."""
+    out = context().out_dtype()
+    x = self.astype(acc_type(out))
+    axes = _axes(dim, self.ndim)
+    if self.size == 0:
+        return _shaped(jnp.log(jnp.sum(jnp.exp(x), axis=axes)))
+    m = jnp.max(x, axis=axes, keepdims=True)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
+    s = jnp.sum(jnp.exp(x - m), axis=axes)
+    return _shaped(jnp.log(s) + jnp.squeeze(m, axis=axes))
+
+
+def _vector_norm(x, ord, axes):
+    """The p-norm of `x` over `axes` for a static `ord` (inf, -inf, 0, 1, 2, other p)."""
+    a = jnp.abs(x)
+    if ord == float("inf"):
+        return jnp.max(a, axis=axes)
+    if ord == float("-inf"):
+        return jnp.min(a, axis=axes)
+    if ord == 0:
+        return jnp.sum((a != 0).astype(x.dtype), axis=axes)
+    if ord == 1:
+        return jnp.sum(a, axis=axes)
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=axes))
+    return jnp.power(jnp.sum(jnp.power(a, ord), axis=axes), 1.0 / ord)
+
+
+@lowering(aten.linalg_vector_norm.default, static=("ord",))
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
+    """`aten::linalg_vector_norm`: the `ord`-norm over `dim` (all if None), computed
+    in float32 for half types. `ord` is static: each order is its own formula."""
+    x = self.astype(acc_type(context().out_dtype()))
+    return _shaped(_vector_norm(x, ord, _axes(dim, self.ndim)))
+
+
+@lowering(aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype, static=("p",))
+def norm(self, p=2, dim=(), keepdim=False, dtype=None):
+    """`aten::norm.ScalarOpt_dim[_dtype]` (legacy `torch.norm` with a dim): the vector
+    p-norm over `dim`; `p` None means 2."""
+    x = self.astype(acc_type(context().out_dtype()))
+    return _shaped(_vector_norm(x, 2 if p is None else p, _axes(dim, self.ndim)))
+
+
+# ------------------------------------------------------------------ scans
+@lowering(aten.cumsum.default)
+def cumsum(self, dim, dtype=None):
+    """`aten::cumsum`: running sum along `dim`; integers and bool in int64, half
+    types in float32."""
+    x = self.astype(acc_type(context().out_dtype()))
+    axis = _axis(dim, self.ndim)
+    return _shaped(x if axis is None else jnp.cumsum(x, axis=axis))
+
+
+@lowering(aten.cumprod.default)
+def cumprod(self, dim, dtype=None):
+    """`aten::cumprod`: running product along `dim` (accumulation as `cumsum`)."""
+    x = self.astype(acc_type(context().out_dtype()))
+    axis = _axis(dim, self.ndim)
+    return _shaped(x if axis is None else jnp.cumprod(x, axis=axis))
+
+
+def _cum_extreme(self, values, indices, dim, largest):
+    """Running max/min with the index of where it was reached: a later equal element
+    or any NaN takes over (ATen's `x >= best || isnan(x)`)."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return (), {"values": self, "indices": jnp.zeros((), jnp.int64)}
+    idx = lax.broadcasted_iota(jnp.int64, self.shape, axis)
+    nan_aware = is_float(self.dtype)
+
+    def pick(a, b):  # a: earlier prefix, b: later
+        av, ai = a
+        bv, bi = b
+        take_b = (bv >= av) if largest else (bv <= av)
+        if nan_aware:
+            take_b = take_b | jnp.isnan(bv)
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    v, i = lax.associative_scan(pick, (self, idx), axis=axis)
+    return (), {"values": v, "indices": i}
+
+
+@lowering(aten._cummax_helper.default, mutates=True)
+def cummax_helper(self, values, indices, dim):
+    """`aten::_cummax_helper` (behind `torch.cummax`): writes the running maximum
+    and its int64 index along `dim` into `values` and `indices`."""
+    return _cum_extreme(self, values, indices, dim, True)
+
+
+@lowering(aten._cummin_helper.default, mutates=True)
+def cummin_helper(self, values, indices, dim):
+    """`aten::_cummin_helper` (behind `torch.cummin`): the running minimum."""
+    return _cum_extreme(self, values, indices, dim, False)
+
+
+def _log_add_exp(a, b):
+    """ATen's logcumsumexp step: log(exp(a) + exp(b)), exact for equal infinities."""
+    lo, hi = jnp.minimum(a, b), jnp.maximum(a, b)
+    both_inf = (lo == hi) & jnp.isinf(lo)
+    return jnp.where(both_inf, a, jnp.log1p(jnp.exp(lo - hi)) + hi)
+
+
+@lowering(aten._logcumsumexp.default)
+def logcumsumexp(self, dim):
+    """`aten::_logcumsumexp` (behind `torch.logcumsumexp`): running log-sum-exp along
+    `dim`, in float32 for half types."""
+    x = self.astype(acc_type(context().out_dtype()))
+    axis = _axis(dim, self.ndim)
+    return _shaped(x if axis is None else lax.associative_scan(_log_add_exp, x, axis=axis))
+
+
+# ------------------------------------------------------------------ sorting
+def _sort_keys(x, descending: bool):
+    """Sort keys giving ATen's order under an ascending stable sort: NaN after +inf
+    ascending, first descending; -0.0 equal to 0.0."""
+    if x.dtype == jnp.bool_:
+        return [~x if descending else x]
+    if not is_float(x.dtype):
+        return [~x if descending else x]  # bitwise not reverses integer order exactly
+    if not descending:
+        return [x]  # XLA's float order: -0.0 == 0.0, NaN last
+    return [~jnp.isnan(x), -x]
+
+
+def sort_along(x, axis: int, descending: bool):
+    """(values, int64 indices) of a stable sort of `x` along `axis`."""
+    idx = lax.broadcasted_iota(jnp.int64, x.shape, axis)
+    keys = _sort_keys(x, descending)
+    out = lax.sort(tuple(keys) + (x, idx), dimension=axis, is_stable=True, num_keys=len(keys))
+    return out[-2], out[-1]
+
+
+@lowering(aten.sort.stable)
+def sort(self, stable=None, dim=-1, descending=False):
+    """`aten::sort.stable` (`torch.sort`, `sort.values_stable`): always a stable sort,
+    which is one valid result of an unstable one. NaN sorts as larger than +inf."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    v, i = sort_along(self, axis, descending)
+    return _shaped(v, 0), _shaped(i, 1)
+
+
+@lowering(aten.topk.default)
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    """`aten::topk`: the `k` largest (smallest) along `dim`, always in sorted order
+    (valid for sorted=False too); ties keep index order; NaN counts as largest."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    v, i = sort_along(self, axis, largest)
+    return _shaped(lax.slice_in_dim(v, 0, k, axis=axis), 0), _shaped(lax.slice_in_dim(i, 0, k, axis=axis), 1)
+
+
+@lowering(aten.kthvalue.default)
+def kthvalue(self, k, dim=-1, keepdim=False):
+    """`aten::kthvalue`: the k-th smallest along `dim` and its index (among equal
+    values, which index is returned is unspecified in PyTorch; here the first)."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    v, i = sort_along(self, axis, False)
+    return (_shaped(lax.index_in_dim(v, k - 1, axis, keepdims=False), 0),
+            _shaped(lax.index_in_dim(i, k - 1, axis, keepdims=False), 1))
+
+
+def _median(x, axis: int, ignore_nan: bool):
+    """Lower median along `axis` and its index. With NaNs: `median` gives the first
+    NaN, `nanmedian` the median of the other values (NaN if there are none)."""
+    v, i = sort_along(x, axis, False)
+    n = x.shape[axis]
+    if is_float(x.dtype) and ignore_nan:
+        valid = jnp.sum(~jnp.isnan(x), axis=axis, keepdims=True)
+        k = jnp.maximum(valid - 1, 0) // 2
+    else:
+        k = jnp.full([1 if a == axis else s for a, s in enumerate(x.shape)], (n - 1) // 2)
+    value = jnp.take_along_axis(v, k, axis=axis)
+    index = jnp.take_along_axis(i, k, axis=axis)
+    if is_float(x.dtype) and not ignore_nan:
+        nan = jnp.isnan(x)
+        has_nan = jnp.any(nan, axis=axis, keepdims=True)
+        first = jnp.expand_dims(jnp.argmax(nan, axis=axis), axis)
+        value = jnp.where(has_nan, jnp.asarray(jnp.nan, x.dtype), value)
+        index = jnp.where(has_nan, first, index)
+    return jnp.squeeze(value, axis), jnp.squeeze(index, axis)
+
+
+@lowering(aten.median.default)
+def median(self):
+    """`aten::median` (no dim): lower median of all elements; NaN if any is NaN or
+    the tensor is empty."""
+    if self.size == 0:
+        return _shaped(jnp.asarray(jnp.nan))
+    return _shaped(_median(self.reshape(-1), 0, False)[0])
+
+
+@lowering(aten.nanmedian.default)
+def nanmedian(self):
+    """`aten::nanmedian` (no dim): lower median ignoring NaN."""
+    if self.size == 0:
+        return _shaped(jnp.asarray(jnp.nan))
+    return _shaped(_median(self.reshape(-1), 0, True)[0])
+
+
+def _median_dim(self, dim, ignore_nan):
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    if self.size == 0:
+        return _shaped(jnp.zeros(context().out(0).shape), 0), _shaped(jnp.zeros(context().out(1).shape), 1)
+    v, i = _median(self, axis, ignore_nan)
+    return _shaped(v, 0), _shaped(i, 1)
+
+
+@lowering(aten.median.dim)
+def median_dim(self, dim, keepdim=False):
+    """`aten::median.dim` (and `median.dim_values`): lower median along `dim` and an
+    index of it (which one among equal values is unspecified in PyTorch)."""
+    return _median_dim(self, dim, False)
+
+
+@lowering(aten.nanmedian.dim)
+def nanmedian_dim(self, dim, keepdim=False):
+    """`aten::nanmedian.dim`: `median.dim` ignoring NaN."""
+    return _median_dim(self, dim, True)
+
+
+def _register_meta():
+    """Meta kernels PyTorch lacks for two CPU-only helpers, so the executor (and fake
+    tensors) get their shapes: `_logcumsumexp` keeps its input's, `_cummax_helper`
+    and `_cummin_helper` write into preallocated outputs."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_logcumsumexp", lambda self, dim: torch.empty_like(self), "Meta")
+    lib.impl("_cummax_helper", lambda self, values, indices, dim: None, "Meta")
+    lib.impl("_cummin_helper", lambda self, values, indices, dim: None, "Meta")
+    return lib
+
+
+_meta_lib = _register_meta()

@@ -36,6 +36,9 @@ class Lowering:
     random: bool = False  # needs context().rng_key()
     static: Tuple[str, ...] = ()  # float/Scalar arguments that must be Python values
     eager: bool = True  # False: compile-only (eager uses PyTorch's composite kernel)
+    # Arguments written although the schema does not say so (native_batch_norm's running
+    # statistics); implies `mutates`.
+    writes: Tuple[str, ...] = ()
 
 
 LOWERINGS: Dict[torch._ops.OpOverload, Lowering] = {}
@@ -52,14 +55,15 @@ def _overloads(op) -> List[torch._ops.OpOverload]:
     return out
 
 
-def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = (), eager: bool = True):
+def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = (), eager: bool = True,
+             writes: Sequence[str] = ()):
     """Registers `fn` as the lowering of `ops` (OpOverloads, or packets meaning all of
     their functional overloads). Returns `fn` unchanged."""
 
     def register(fn):
         for op in ops:
             for ov in _overloads(op):
-                LOWERINGS[ov] = Lowering(fn, mutates, random, tuple(static), eager)
+                LOWERINGS[ov] = Lowering(fn, mutates or bool(writes), random, tuple(static), eager, tuple(writes))
         return fn
 
     return register
@@ -95,9 +99,13 @@ class Context:
         self._draws += 1
         return jax.random.fold_in(key, self._draws)
 
-    def check(self, ok, exc_type: type, message: str) -> None:
+    def check(self, ok, exc_type: type, message: str, value=None) -> None:
         """Reports a device-side check: `ok` (a traced bool scalar) false raises
-        `exc_type(message)` at the op or at the next synchronization point."""
+        `exc_type(message)` at the op or at the next synchronization point. With `value`
+        (a traced integer scalar, e.g. the offending index), `{}` in `message` is
+        replaced by it, as in CPU's "Target 7 is out of bounds."."""
+        if value is not None:
+            ok = jax.numpy.stack([jax.numpy.asarray(ok).astype("int64"), jax.numpy.asarray(value).astype("int64")])
         self.checks.append((ok, exc_type, message))
 
 

@@ -32,5 +32,7 @@ def raise_pending() -> None:
     _pending.clear()
     oks = jax.device_get([flag for flag, _, _ in items])
     for ok, (_, exc_type, message) in zip(oks, items):
+        if getattr(ok, "ndim", 0):  # (flag, value) of a message naming the offending value
+            ok, message = ok[0], message.format(int(ok[1]))
         if not bool(ok):
             raise exc_type(message)

