@@ -53,9 +53,12 @@ def test_gpt_neuron_matches_cpu_step_by_step():
     assert cpu.losses[-1] < cpu.losses[0]  # it learns, so the comparison covers real updates
 
 
-def test_gpt_training_step_runs_without_cpu_fallback():
+def test_gpt_main_job_runs_without_cpu_fallback(tmp_path):
+    # Training with dropout, evaluation and a checkpoint: every path of the main job.
+    config = replace(TINY_GPT, steps=2, dropout=0.1, eval_interval=2, eval_iters=1, ckpt_interval=2,
+                     out_dir=str(tmp_path))
     with no_fallback():
-        gpt_train.train(replace(TINY_GPT, steps=2, dropout=0.1))
+        gpt_train.train(config)
 
 
 @pytest.mark.parametrize("device", ["cpu", "neuron"])
@@ -70,19 +73,23 @@ def test_gpt_resume_continues_like_uninterrupted_run(device, tmp_path):
     assert first.losses + second.losses == full.losses
 
 
-def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path):
-    args = [sys.executable, str(ROOT / "examples" / "gpt" / "train.py"), "--steps", "2", "--batch-size", "2",
-            "--seq-len", "8", "--n-layer", "1", "--n-head", "2", "--d-model", "16", "--eval-interval", "1",
-            "--eval-iters", "1", "--ckpt-interval", "1", "--out-dir", str(tmp_path), "--no-progress"]
+def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
+    # TINY_GPT's shapes, so the in-process part reuses the executables other tests compiled.
+    flags = ["--batch-size", "4", "--seq-len", "16", "--n-layer", "1", "--n-head", "2", "--d-model", "32",
+             "--eval-interval", "1", "--eval-iters", "1", "--ckpt-interval", "1", "--out-dir", str(tmp_path),
+             "--no-progress"]
     final = re.compile(r"^final: step (\d+) \| loss [\d.]+ \| val loss [\d.]+ \| [\d,]+ tokens/s$", re.M)
-    out = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    # As a user starts it: a file run from another directory, in a fresh process.
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "gpt" / "train.py"), "--steps", "2"] + flags,
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert final.search(out.stdout).group(1) == "2", out.stdout
     assert "step 1: train loss" in out.stdout
-    out = subprocess.run(args[:3] + ["3"] + args[4:] + ["--resume"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "steps 3..3" in out.stdout and final.search(out.stdout).group(1) == "3", out.stdout
+    assert torch.load(tmp_path / gpt_train.CHECKPOINT_NAME)["step"] == 2
+    # --resume continues from that checkpoint (in this process: a second fresh one is slow).
+    gpt_train.main(["--steps", "3", "--resume"] + flags)
+    printed = capsys.readouterr().out
+    assert "steps 3..3" in printed and final.search(printed).group(1) == "3", printed
 
 
 @pytest.fixture(scope="module")

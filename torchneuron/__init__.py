@@ -38,6 +38,9 @@ def install() -> None:
     from .eager import install as eager_install
 
     eager_install.install()
+    from . import safetensors_device
+
+    safetensors_device.install()
 
 
 def fallback_ops() -> dict:

@@ -16,14 +16,20 @@ _DeviceLike = Union[int, str, torch.device, None]
 
 
 def _index(device: _DeviceLike = None) -> int:
+    """The device index `device` names (None: the current device). ValueError for a
+    device of another type, RuntimeError for an index with no device."""
     if device is None:
         return current_device()
     if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "neuron":
-        raise ValueError(f"expected a neuron device, got {device}")
-    return current_device() if device.index is None else device.index
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {device}")
+        index = current_device() if device.index is None else device.index
+    if not 0 <= index < device_count():
+        raise RuntimeError(f"neuron: invalid device index {index} ({device_count()} device(s) available)")
+    return index
 
 
 def _shim():
@@ -171,12 +177,23 @@ def max_memory_allocated(device: _DeviceLike = None) -> int:
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    """Sets every peak statistic of `device` to its current value."""
     _shim().reset_peak(_index(device))
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    """Zeroes the cumulative ("allocated", "freed") statistics of `device`."""
+    _shim().reset_accumulated(_index(device))
 
 
 def memory_reserved(device: _DeviceLike = None) -> int:
     """Bytes reserved: PJRT frees buffers on release, so this equals `memory_allocated`."""
     return memory_allocated(device)
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    """Peak of `memory_reserved` (equal to `max_memory_allocated`)."""
+    return memory_stats(device)["reserved_bytes.all.peak"]
 
 
 def empty_cache() -> None:

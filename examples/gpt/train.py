@@ -237,6 +237,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     final = result.evals.get(config.steps, {})
     val = f"{final['val']:.4f}" if final else "n/a"
     last = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
+    if torch.device(config.device).type == "neuron":
+        import torchneuron
+
+        fallbacks = torchneuron.fallback_ops()
+        if fallbacks:
+            print(f"ops that ran through the CPU fallback (calls): {fallbacks}")
     print(f"final: step {config.steps} | loss {last} | val loss {val} | {result.tokens_per_s:,.0f} tokens/s")
 
 

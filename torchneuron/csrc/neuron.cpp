@@ -12,6 +12,9 @@
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -99,13 +102,47 @@ static void check_device(c10::DeviceIndex index) {
 }
 
 // ---------------------------------------------------------------- memory statistics
-struct DeviceStats {
-  std::atomic<int64_t> allocated{0};
+// One CUDA-style statistic: its current value, peak, and cumulative increases
+// ("allocated") and decreases ("freed").
+struct Counter {
+  std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
-  std::atomic<int64_t> num_allocs{0};
-  std::atomic<int64_t> num_frees{0};
+  std::atomic<int64_t> allocated{0};
+  std::atomic<int64_t> freed{0};
+
+  void increase(int64_t n) {
+    int64_t now = (current += n);
+    allocated += n;
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+  }
+  void decrease(int64_t n) {
+    current -= n;
+    freed += n;
+  }
+  c10::CachingAllocator::Stat stat() const {
+    c10::CachingAllocator::Stat st;
+    st.current = current.load();
+    st.peak = peak.load();
+    st.allocated = allocated.load();
+    st.freed = freed.load();
+    return st;
+  }
+};
+
+// Storages of one device: bytes and count. There is no cache, so allocated, reserved,
+// active and requested memory are all the same.
+struct DeviceStats {
+  Counter bytes;
+  Counter blocks;
 };
 static DeviceStats g_stats[kMaxDevices];
+
+static DeviceStats& stats_of(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < kMaxDevices, "neuron: invalid device index ", static_cast<int>(index));
+  return g_stats[index];
+}
 
 // ---------------------------------------------------------------- allocator
 struct Block {
@@ -119,20 +156,25 @@ static std::atomic<uint64_t> g_next_handle{uint64_t(1) << 44};
 static void free_block(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   DeviceStats& s = g_stats[block->device];
-  s.allocated -= static_cast<int64_t>(block->nbytes);
-  s.num_frees += 1;
+  s.bytes.decrease(static_cast<int64_t>(block->nbytes));
+  s.blocks.decrease(1);
   if (g_python_alive.load() && Py_IsInitialized() && !_Py_IsFinalizing()) {
     py::gil_scoped_acquire gil;
+    // Storages are also freed while a Python exception unwinds: keep it pending.
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     PyObject* key = PyLong_FromUnsignedLongLong(block->handle);
     if (PyDict_DelItem(g_registry, key) < 0) {
       PyErr_Clear();  // never written: no buffer was created
     }
     Py_DECREF(key);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
   }
   delete block;
 }
 
-struct NeuronAllocator final : public c10::Allocator {
+// A c10::DeviceAllocator so that torch.accelerator's memory API works on `neuron`.
+struct NeuronAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = t_current_device;
     // Every storage, even an empty one, gets a distinct handle so that data_ptr()
@@ -141,11 +183,8 @@ struct NeuronAllocator final : public c10::Allocator {
     uint64_t handle = g_next_handle.fetch_add(span);
     auto* block = new Block{handle, nbytes, device};
     DeviceStats& s = g_stats[device];
-    int64_t now = (s.allocated += static_cast<int64_t>(nbytes));
-    int64_t peak = s.peak.load();
-    while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
-    }
-    s.num_allocs += 1;
+    s.bytes.increase(static_cast<int64_t>(nbytes));
+    s.blocks.increase(1);
     return {reinterpret_cast<void*>(handle), block, &free_block,
             c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
@@ -156,6 +195,37 @@ struct NeuronAllocator final : public c10::Allocator {
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     call_python(g_copy_cb, reinterpret_cast<uint64_t>(dest), reinterpret_cast<uint64_t>(src), count);
+  }
+
+  bool initialized() override {
+    return true;
+  }
+  // Nothing is cached: a buffer is released when its storage dies.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+  // One in-order queue per device: memory is never reused across streams early.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const DeviceStats& s = stats_of(device < 0 ? t_current_device : device);
+    c10::CachingDeviceAllocator::DeviceStats out;
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out.allocation[all] = out.segment[all] = out.active[all] = s.blocks.stat();
+    out.allocated_bytes[all] = out.reserved_bytes[all] = out.active_bytes[all] = out.requested_bytes[all] =
+        s.bytes.stat();
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    DeviceStats& s = stats_of(device < 0 ? t_current_device : device);
+    for (Counter* c : {&s.bytes, &s.blocks}) {
+      c->allocated.store(0);
+      c->freed.store(0);
+    }
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    DeviceStats& s = stats_of(device < 0 ? t_current_device : device);
+    for (Counter* c : {&s.bytes, &s.blocks}) {
+      c->peak.store(c->current.load());
+    }
   }
 };
 
@@ -537,6 +607,26 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", set_empty);
 }
 
+// ---------------------------------------------------------------- attention backend
+// F.scaled_dot_product_attention asks this stub which kernel to use on PrivateUse1
+// (without one it always decomposes into the math path). `overrideable` is
+// _scaled_dot_product_fused_attention_overrideable, lowered in ops/nn.py; grouped-query
+// attention with differing head counts needs the math path's head expansion.
+static int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                std::optional<double> scale, bool enable_gqa) {
+  bool rank_ok = query.dim() == 3 || query.dim() == 4;
+  bool gqa = rank_ok && enable_gqa && query.size(-3) != key.size(-3);
+  return static_cast<int64_t>(rank_ok && !gqa ? at::SDPBackend::overrideable : at::SDPBackend::math);
+}
+}  // namespace torchneuron
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torchneuron::fused_sdp_choice)
+}  // namespace at::native
+
+namespace torchneuron {
+
 // ---------------------------------------------------------------- Python bindings
 static void set_callbacks(py::object registry, py::object resize_cb, py::object copy_cb, py::object count_cb,
                           py::object sync_cb) {
@@ -567,20 +657,22 @@ static py::object tensor_meta(const at::Tensor& t) {
                         storage.nbytes());
 }
 
+// The statistics of torch.cuda.memory_stats() that apply to `neuron`, with its keys.
 static py::dict device_stats(int index) {
-  TORCH_CHECK(index >= 0 && index < kMaxDevices, "neuron: invalid device index ", index);
-  DeviceStats& s = g_stats[index];
+  const DeviceStats& s = stats_of(static_cast<c10::DeviceIndex>(index));
   py::dict d;
-  d["allocated_bytes.all.current"] = s.allocated.load();
-  d["allocated_bytes.all.peak"] = s.peak.load();
-  d["allocation.all.allocated"] = s.num_allocs.load();
-  d["allocation.all.freed"] = s.num_frees.load();
+  auto put = [&d](const char* name, const Counter& c) {
+    std::string prefix = std::string(name) + ".all.";
+    d[py::str(prefix + "current")] = c.current.load();
+    d[py::str(prefix + "peak")] = c.peak.load();
+    d[py::str(prefix + "allocated")] = c.allocated.load();
+    d[py::str(prefix + "freed")] = c.freed.load();
+  };
+  for (const char* name : {"allocation", "segment", "active"}) put(name, s.blocks);
+  for (const char* name : {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"}) put(name, s.bytes);
+  d["num_alloc_retries"] = 0;
+  d["num_ooms"] = 0;
   return d;
-}
-
-static void reset_peak(int index) {
-  TORCH_CHECK(index >= 0 && index < kMaxDevices, "neuron: invalid device index ", index);
-  g_stats[index].peak.store(g_stats[index].allocated.load());
 }
 
 static void python_shutdown() {
@@ -610,7 +702,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_callbacks", &set_callbacks);
   m.def("tensor_meta", &tensor_meta);
   m.def("device_stats", &device_stats);
-  m.def("reset_peak", &reset_peak);
+  m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
+  m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("python_shutdown", &python_shutdown);
   m.def("set_device_count", [](int n) { g_device_count.store(n); });
   m.def("current_device", []() { return static_cast<int>(t_current_device); });

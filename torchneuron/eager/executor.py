@@ -25,7 +25,7 @@ import torch
 
 from .. import _extension
 from ..ops.registry import LOWERINGS, Context, Lowering, OutSpec, tracing
-from ..runtime import checks, dtypes, pjrt, storage, views
+from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -41,7 +41,7 @@ warnings.filterwarnings("ignore", message="Some donated buffers were not usable"
 def _kind(arg) -> int:
     t = arg.type
     s = str(t)
-    if s in ("Tensor", "Tensor?"):
+    if s in ("Tensor", "Tensor?", "Optional[Tensor]"):
         return TENSOR
     if s in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
         return TENSOR_LIST
@@ -49,7 +49,7 @@ def _kind(arg) -> int:
         return DYNAMIC
     if s in ("Scalar[]", "float[]", "List[number]", "List[float]"):
         return DYNAMIC_LIST
-    if s in ("Generator?", "Generator"):
+    if s in ("Generator?", "Generator", "Optional[Generator]"):
         return GENERATOR
     return STATIC
 
@@ -135,6 +135,10 @@ class OpKernel:
                         src = i
             self.return_src.append(src)
         self.single_list = len(op._schema.returns) == 1 and str(op._schema.returns[0].type) != "Tensor"
+        # Elementwise writes refuse self-overlapping or partly input-overlapping outputs
+        # on CPU (TensorIterator); so do they here.
+        self.checks_overlap = mode in ("inplace", "out") and (
+            torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
         self.cache: Dict[tuple, _Entry] = {}
 
     # ------------------------------------------------------------------ call path
@@ -313,7 +317,17 @@ class OpKernel:
 
         write_targets = self._write_targets(values, tensors, slots)
         write_slots = sorted({w[1] for w in write_targets})
-        read_slots = {geometry[j][0] for j, t in enumerate(tensors) if not self._is_out_tensor(values, t)}
+        # An out= tensor may also be an input (torch.mul(x, 2, out=x)): only its
+        # occurrence as the out= argument, after the inputs in schema order, is unread.
+        out_pos = set()
+        for i in self.out_idx:
+            for o in (values[i] if isinstance(values[i], (list, tuple)) else [values[i]]):
+                if o is not None:
+                    out_pos.add(max(j for j, t in enumerate(tensors) if t is o and j not in out_pos))
+        read_pos = [j for j in range(len(tensors)) if j not in out_pos]
+        read_slots = {geometry[j][0] for j in read_pos}
+        if self.checks_overlap:
+            overlap.check([_tensor_meta(_at(values, w[0])) for w in write_targets], [metas[j] for j in read_pos])
         skip = set()
         for path, slot, shape, stride, offset, dt, src in write_targets:
             covers = (offset == 0 and views.is_contiguous(shape, stride)
@@ -328,7 +342,9 @@ class OpKernel:
         mode = self.mode
         names = self.names
         n_dyn = len(dyn)
-        static_values = list(values)
+        # The trace needs only to know where tensors were: holding the tensors
+        # themselves would keep their storages alive as long as the executable.
+        static_values = [_placeholder(v) for v in values]
         check_info = []
 
         n_in = n_slots - len(skip)
@@ -342,10 +358,10 @@ class OpKernel:
             it_dyn = iter(dvals)
 
             def tensor(v):
-                if not isinstance(v, torch.Tensor):
-                    return next(it_dyn)
-                if v.device.type != "neuron":
+                if v is _HOST_TENSOR:
                     return jnp.asarray(next(it_dyn))
+                if v is not _DEVICE_TENSOR:
+                    return next(it_dyn)
                 slot, shape, stride, offset, dt = next(it_geo)
                 return views.read(bufs[slot], dt, shape, stride, offset)
 
@@ -409,9 +425,6 @@ class OpKernel:
                       [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
                        for m in fresh_specs], check_info)
 
-    def _is_out_tensor(self, values, t):
-        return any(values[i] is t for i in self.out_idx)
-
     def _write_targets(self, values, tensors, slots):
         """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
         op writes; source is ("out", result index, list index) or ("upd", name, index)."""
@@ -419,6 +432,11 @@ class OpKernel:
 
         def add(t, path, src):
             meta = _tensor_meta(t)
+            if meta is None:  # a CPU scalar is an input only, as on CUDA
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"neuron:{_extension.load().current_device()} and {t.device}! "
+                    f"(when checking argument for {self.op})")
             targets.append((path, slots[meta[0]], meta[1], meta[2], meta[3], dtypes.to_jax(meta[4]), src))
 
         if self.mode == "inplace":
@@ -463,8 +481,8 @@ class OpKernel:
         kw = {a.name: m for m, a in zip(margs, schema_args) if a.kwarg_only}
         try:
             out = self.op(*pos, **kw)
-        except NotImplementedError:
-            return self._meta_from_lowering(values)
+        except NotImplementedError as exc:
+            return self._meta_from_lowering(values, exc)
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
         elif self.mode == "out":
@@ -475,8 +493,8 @@ class OpKernel:
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                 else None if o is None else int(o) for o in outs]
 
-    def _meta_from_lowering(self, values):
-        raise NotImplementedError(f"{self.op} has no meta kernel")
+    def _meta_from_lowering(self, values, exc: NotImplementedError):
+        raise exc  # the meta kernel's own error: CPU raises the same one
 
 
 def _dense_stride(shape, stride):
@@ -529,6 +547,19 @@ def _freeze(v):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, (bool, int, float)):  # 1 == 1.0 == True, yet they give different dtypes
         return (type(v), v)
+    return v
+
+
+_DEVICE_TENSOR = object()  # stands for a `neuron` tensor argument in a trace's static values
+_HOST_TENSOR = object()  # stands for a CPU scalar tensor argument (its value is dynamic)
+
+
+def _placeholder(v):
+    """`v` with tensors replaced by _DEVICE_TENSOR / _HOST_TENSOR (lists too)."""
+    if isinstance(v, torch.Tensor):
+        return _DEVICE_TENSOR if v.device.type == "neuron" else _HOST_TENSOR
+    if isinstance(v, (list, tuple)):
+        return type(v)(_placeholder(x) for x in v)
     return v
 
 

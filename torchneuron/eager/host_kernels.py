@@ -13,35 +13,69 @@ _tensor_meta = None  # bound at install time
 _device_copy = None  # the OpKernel of copy_ between two neuron tensors
 
 
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """An alias of `t` without its lazy conjugate/negative bits: the values its
+    storage holds (the kernels below move stored values)."""
+    if not (t.is_conj() or t.is_neg()):
+        return t
+    raw = t.view(t.shape)
+    torch._C._set_conj(raw, False)
+    torch._C._set_neg(raw, False)
+    return raw
+
+
+def _conj_neg(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    """conj(t) and/or -t as a new tensor without lazy bits; on `neuron` through
+    lowered ops only (negating the imaginary half is conjugation)."""
+    if not (conj or neg):
+        return t
+    out = t.clone()
+    if conj and out.is_complex():
+        torch.view_as_real(out).select(-1, 1).neg_()
+    if neg:
+        out.neg_()
+    return out
+
+
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """`aten::copy_` with a `neuron` side: host->device, device->host, device->device.
 
-    Broadcasting and dtype conversion follow CPU `copy_`. Device->host blocks
-    (`non_blocking` is accepted; PJRT transfers are ordered, so it is not needed).
+    Broadcasting, dtype conversion and lazy conjugate/negative views (`x.conj()`,
+    `x.conj().imag`) follow CPU `copy_`: `self` takes `src`'s values as they read, not
+    as stored. Device->host blocks (`non_blocking` is accepted; PJRT transfers are
+    ordered, so it is not needed).
     """
-    dst_neuron = self.device.type == "neuron"
-    src_neuron = isinstance(src, torch.Tensor) and src.device.type == "neuron"
-    if dst_neuron and src_neuron:
-        if self.device != src.device:
-            tmp = src.cpu()
-            return copy_(self, tmp, non_blocking)
-        return _device_copy(self, src, non_blocking)
-    if dst_neuron:
-        if self.numel() == 0:
-            return self
-        meta = _tensor_meta(self)
-        if src.shape == self.shape and src.dtype == self.dtype and transfer.covers_storage(meta):
-            storage.buffers[meta[0]] = transfer.host_to_device(src, meta[5])
-            return self
-        staged = torch.empty(src.shape, dtype=src.dtype, device=self.device)
-        storage.buffers[staged.data_ptr()] = transfer.host_to_device(src, meta[5])
-        return _device_copy(self, staged, non_blocking)
-    # device -> host
+    if self.device.type != "neuron":
+        return _to_host(self, src)
+    conj = src.is_conj() != self.is_conj()
+    neg = src.is_neg() != self.is_neg()
+    return _copy_stored(_stored(self), _conj_neg(_stored(src), conj, neg), non_blocking)
+
+
+def _to_host(self: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     host = transfer.device_to_host(src, _tensor_meta(src))
     if not host.flags.c_contiguous:
         host = host.copy()
-    self.copy_(dtypes.from_numpy(host))
+    self.copy_(_conj_neg(dtypes.from_numpy(host), src.is_conj(), src.is_neg()))
     return self
+
+
+def _copy_stored(self: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> torch.Tensor:
+    """copy_ into a `neuron` tensor of stored values (neither side has lazy bits)."""
+    src_neuron = src.device.type == "neuron"
+    if src_neuron:
+        if self.device != src.device:
+            return _copy_stored(self, src.cpu(), non_blocking)
+        return _device_copy(self, src, non_blocking)
+    if self.numel() == 0:
+        return self
+    meta = _tensor_meta(self)
+    if src.shape == self.shape and src.dtype == self.dtype and transfer.covers_storage(meta):
+        storage.buffers[meta[0]] = transfer.host_to_device(src, meta[5])
+        return self
+    staged = torch.empty(src.shape, dtype=src.dtype, device=self.device)
+    storage.buffers[staged.data_ptr()] = transfer.host_to_device(src, meta[5])
+    return _device_copy(self, staged, non_blocking)
 
 
 def local_scalar_dense(self: torch.Tensor):

@@ -6,7 +6,7 @@ import torch
 
 from .. import _extension
 from ..ops import fallback, registry
-from . import executor, host_kernels
+from . import executor, host_kernels, math_bits
 
 _libs = []
 #: OpOverload -> the kernel registered for it (used by tests and the coverage report).
@@ -48,7 +48,10 @@ def install() -> None:
     def register(op, kernel):
         if op in KERNELS or _is_composite_implicit(op):
             return
-        lib.impl(op, kernel, "PrivateUse1")
+        impl = kernel
+        if isinstance(kernel, executor.OpKernel) and math_bits.sees_math_bits(op):
+            impl = math_bits.resolving(kernel, op)  # host kernels handle the bits themselves
+        lib.impl(op, impl, "PrivateUse1")
         KERNELS[op] = kernel
 
     host_kernels._device_copy = executor.OpKernel(

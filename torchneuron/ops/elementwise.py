@@ -364,7 +364,15 @@ def _unary_same(fn, int_identity=False):
 
 
 lowering(aten.neg.default)(_unary_same(jnp.negative))
-lowering(aten.abs.default)(_unary_same(jnp.abs))
+
+
+@lowering(aten.abs.default)
+def abs_(self):
+    # Not _unary_same: a complex input must keep its imaginary part until the modulus
+    # is taken (the output dtype is real).
+    return jnp.abs(self).astype(_out())
+
+
 lowering(aten.sign.default)(_unary_same(jnp.sign))
 lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
 lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))

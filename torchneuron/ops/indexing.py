@@ -1,1 +1,600 @@
-"""Lowerings: indexing (being written)."""
+"""Indexing lowerings: advanced indexing and index_put, gather/scatter, index_* ops,
+masked ops, take/put, searchsorted/bucketize, embedding's backward, nonzero.
+
+Indices are checked on the device (`context().check`), never clamped or wrapped
+silently: an out-of-range index raises, at the latest at the next synchronization
+point, the exception type CPU raises for that op (IndexError for indexing, index_select,
+index_copy, take/put; RuntimeError for gather/scatter/index_add). Ops that accept
+negative indices (indexing, index_fill, take, put) wrap them first.
+
+Two ops have a data-dependent output size and need the host: `nonzero` counts on the
+device, synchronizes, then runs `nonzero_static`; `masked_select` and indexing with
+boolean masks go through `nonzero`, as ATen's CPU kernels do. Assigning through a
+single boolean mask (`x[mask] = v`) stays on the device.
+"""
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ..eager import host_kernels
+from ..runtime import dtypes
+from ._common import acc_type, cast, is_float
+from .registry import LOWERINGS, context, lowering
+
+aten = torch.ops.aten
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+def host_kernel(op):
+    """Registers `fn` as the eager PrivateUse1 kernel of `op`, taking precedence over
+    a lowering of the same op (for ops that must synchronize with the host)."""
+
+    def register(fn):
+        host_kernels.KERNELS[op] = fn
+        return fn
+
+    return register
+
+
+_lowered_kernels: dict = {}
+
+
+def lowered(op):
+    """The executor kernel computing `op` from its lowering (or, for an in-place or
+    out= overload, from its functional overload's lowering)."""
+    kernel = _lowered_kernels.get(op)
+    if kernel is None:
+        from ..eager import executor
+
+        base = op if op in LOWERINGS else executor.functional_counterpart(op)
+        mode = "functional" if base is op else "inplace"
+        kernel = _lowered_kernels[op] = executor.OpKernel(op, LOWERINGS[base], mode)
+    return kernel
+
+
+# ------------------------------------------------------------------ bounds checks
+def _in_range(idx, size: int, negative: bool):
+    lo = -size if negative else 0
+    return jnp.all((idx >= lo) & (idx < size))
+
+
+def checked(idx, size: int, exc: type, message: str, negative: bool = False):
+    """`idx` (an integer array) checked against `size` on the device, with negative
+    indices wrapped when `negative`. The returned indices are in range whenever the
+    check passes; when it fails the op's error is raised at the next sync point."""
+    context().check(_in_range(idx, size, negative), exc, message)
+    idx = idx.astype(jnp.int64)
+    return jnp.where(idx < 0, idx + size, idx) if negative else idx
+
+
+def _oob(dim: int, size: int) -> str:
+    return f"index is out of bounds for dimension {dim} with size {size}"
+
+
+# ------------------------------------------------------------------ nonzero
+@lowering(aten.nonzero_static.default)
+def nonzero_static(self, size, fill_value=-1):
+    """`aten::nonzero_static`: the first `size` coordinates (row-major) of nonzero
+    elements as an int64 (size, ndim) tensor, padded with `fill_value`."""
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    flat = self.reshape(-1) != 0
+    (pos,) = jnp.nonzero(flat, size=size, fill_value=0)
+    coords = jnp.stack(jnp.unravel_index(pos, self.shape), axis=1).astype(jnp.int64)
+    valid = jnp.arange(size) < jnp.sum(flat)
+    return jnp.where(valid[:, None], coords, jnp.asarray(fill_value, jnp.int64))
+
+
+@host_kernel(aten.nonzero.default)
+def nonzero(self):
+    """`aten::nonzero` (`torch.nonzero`, `argwhere`): counts the nonzero elements on
+    the device, synchronizes, and returns their (n, ndim) int64 coordinates."""
+    n = int(aten.count_nonzero.dim_IntList(self, list(range(self.dim()))).item())
+    return aten.nonzero_static.default(self, size=n, fill_value=-1)
+
+
+# ------------------------------------------------------------------ advanced indexing
+def _index_key(self, indices):
+    """The JAX index tuple of ATen integer `indices` (None entries are full slices),
+    negative indices wrapped and every index checked (IndexError)."""
+    key = []
+    for d, idx in enumerate(indices):
+        if idx is None:
+            key.append(slice(None))
+        else:
+            key.append(checked(idx, self.shape[d], IndexError, _oob(d, self.shape[d]), negative=True))
+    return tuple(key)
+
+
+@lowering(aten.index.Tensor)
+def index(self, indices):
+    """`aten::index.Tensor` (`x[idx]` with tensors): integer index tensors broadcast
+    together, NumPy placement rules for non-adjacent indices; negative indices wrap;
+    out-of-range raises IndexError. Boolean masks are turned into integer indices by
+    the host kernel below before this runs."""
+    return self[_index_key(self, indices)]
+
+
+def _expand_masks(self, indices):
+    """(self, indices) with every boolean/uint8 mask replaced by the integer indices
+    of its True elements (this synchronizes). A 0-dim mask adds a dimension of size
+    1 or 0, as on CPU. IndexError when a mask's shape does not match."""
+    out = []
+    dim = 0
+    for pos, idx in enumerate(indices):
+        if idx is None or idx.dtype not in _MASK_DTYPES:
+            out.append(idx)
+            dim += 1
+            continue
+        if idx.dtype == torch.uint8:
+            warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                          "instead.", stacklevel=3)
+        for j in range(idx.dim()):
+            if dim + j >= self.dim() or idx.shape[j] != self.shape[dim + j]:
+                raise IndexError(
+                    f"The shape of the mask {list(idx.shape)} at index {j} does not match the shape of the "
+                    f"indexed tensor {list(self.shape)} at index {dim + j}")
+        if idx.dim() == 0:
+            self = self.unsqueeze(dim)
+            n = int(bool(idx.item()))
+            out.append(torch.zeros(n, dtype=torch.long, device=self.device))
+            dim += 1
+            continue
+        out.extend(aten.nonzero.default(idx).unbind(1))
+        dim += idx.dim()
+    return self, out
+
+
+def _on_device(self, indices):
+    """Index tensors moved to `self`'s device: like CUDA, indexing accepts CPU indices."""
+    return [i if i is None or i.device == self.device else i.to(self.device) for i in indices]
+
+
+def _has_mask(indices) -> bool:
+    return any(i is not None and i.dtype in _MASK_DTYPES for i in indices)
+
+
+@host_kernel(aten.index.Tensor)
+def index_host(self, indices):
+    """Eager `aten::index.Tensor`: boolean masks need the host (the result size is the
+    number of True elements); integer indices run the lowering directly. CPU index
+    tensors are accepted, as CUDA does."""
+    indices = _on_device(self, indices)
+    if _has_mask(indices):
+        self, indices = _expand_masks(self, indices)
+    return lowered(aten.index.Tensor)(self, indices)
+
+
+def _broadcast_error(values_shape, result_shape) -> RuntimeError:
+    return RuntimeError(f"shape mismatch: value tensor of shape {list(values_shape)} cannot be broadcast to "
+                        f"indexing result of shape {list(result_shape)}")
+
+
+def type_name(dtype) -> str:
+    """ATen's name of a scalar type (a JAX dtype): "Float", "Long", ... as in its
+    error messages."""
+    return torch.empty(0, dtype=dtypes.to_torch(dtype)).type()[len("torch."):-len("Tensor")]
+
+
+def not_implemented(kernel: str, dtype) -> NotImplementedError:
+    """The error ATen's CPU dispatch raises when `kernel` has no case for `dtype`."""
+    return NotImplementedError(f'"{kernel}" not implemented for \'{type_name(dtype)}\'')
+
+
+def _check_put_dtype(self, values):
+    if jnp.dtype(values.dtype) != jnp.dtype(self.dtype):
+        raise RuntimeError(
+            "Index put requires the source and destination dtypes match, got "
+            f"{type_name(self.dtype)} for the destination and {type_name(values.dtype)} for the source.")
+
+
+def _single_mask(indices):
+    """(position, mask) when the only non-None index (torch or JAX) is one boolean
+    mask, else None."""
+    tensors = [(p, i) for p, i in enumerate(indices) if i is not None]
+    if len(tensors) == 1 and tensors[0][1].dtype in (torch.bool, np.dtype(bool)):
+        return tensors[0]
+    return None
+
+
+def _mask_put(self, p, mask, values, accumulate):
+    """`self[(:,)*p + (mask,)] = values` (or +=) without leaving the device: the k-th
+    True element takes the k-th value along the mask's result dimension."""
+    k = mask.ndim
+    for j in range(k):
+        if p + j >= self.ndim or mask.shape[j] != self.shape[p + j]:
+            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the shape of "
+                             f"the indexed tensor {list(self.shape)} at index {p + j}")
+    pre, post = self.shape[:p], self.shape[p + k:]
+    rank = len(pre) + 1 + len(post)  # rank of the indexing result (pre, nnz, post)
+    vshape = tuple(values.shape)
+    while len(vshape) > rank and vshape[0] == 1:
+        vshape = vshape[1:]
+    vshape = (1,) * (rank - len(vshape)) + vshape
+    nnz_shape = pre + ("N",) + post
+    if len(vshape) != rank or any(v not in (1, r) for v, r in zip(vshape, nnz_shape) if r != "N"):
+        raise _broadcast_error(values.shape, nnz_shape)
+    v = values.reshape(vshape)
+    n_vals = vshape[p]
+    if n_vals == 1:
+        v = v.reshape(vshape[:p] + (1,) * k + vshape[p + 1:])
+    else:
+        nnz = jnp.sum(mask)
+        context().check(nnz == n_vals, RuntimeError,
+                        f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                        f"indexing result with {n_vals} elements in the masked dimension")
+        pos = jnp.clip(jnp.cumsum(mask.reshape(-1)) - 1, 0, n_vals - 1).reshape(mask.shape)
+        v = jnp.take(v, pos, axis=p)
+    v = jnp.broadcast_to(v, self.shape)
+    m = mask.reshape((1,) * p + mask.shape + (1,) * len(post))
+    if accumulate:
+        return jnp.where(m, self + v, self) if self.dtype != jnp.bool_ else self | (m & v)
+    return jnp.where(m, v, self)
+
+
+def index_put_value(self, indices, values, accumulate=False):
+    """`self` with `self[indices] = values` (`+=` when `accumulate`, duplicates
+    summed). Integer indices wrap when negative and raise IndexError when out of
+    range; a lone boolean mask is handled on the device. RuntimeError when `values`
+    has another dtype or does not broadcast to the indexing result."""
+    _check_put_dtype(self, values)
+    single = _single_mask(indices)
+    if single is not None:
+        return _mask_put(self, single[0], single[1], values, accumulate)
+    key = _index_key(self, indices)
+    result_shape = jnp.zeros(self.shape, jnp.bool_)[key].shape  # evaluated at trace time
+    try:
+        np.broadcast_shapes(values.shape, result_shape)
+        if len(values.shape) > len(result_shape):
+            raise ValueError
+    except ValueError:
+        raise _broadcast_error(values.shape, result_shape) from None
+    if accumulate:
+        if self.dtype == jnp.bool_:
+            return self.at[key].max(values)
+        return self.at[key].add(values)
+    return self.at[key].set(values)
+
+
+@lowering(aten._index_put_impl.default)
+def index_put_impl(self, indices, values, accumulate=False, unsafe=False):
+    """`aten::_index_put_impl` (behind `index_put_` and `x[idx] = v`)."""
+    return index_put_value(self, indices, values, accumulate)
+
+
+@lowering(aten.index_put.default, eager=False)
+def index_put(self, indices, values, accumulate=False):
+    """`aten::index_put` in compiled graphs (eager uses ATen's clone + index_put_)."""
+    return index_put_value(self, indices, values, accumulate)
+
+
+@host_kernel(aten._index_put_impl_.default)
+def index_put_host(self, indices, values, accumulate=False, unsafe=False):
+    """Eager `aten::_index_put_impl_`: masks mixed with other index tensors (or
+    several masks) become integer indices on the host first; everything else runs
+    on the device."""
+    kernel = lowered(aten._index_put_impl_.default)
+    indices = _on_device(self, indices)
+    if _has_mask(indices) and _single_mask(indices) is None:
+        target, indices = _expand_masks(self, indices)
+        kernel(target, indices, values, accumulate, unsafe)  # target may be an unsqueezed view
+        return self
+    return kernel(self, indices, values, accumulate, unsafe)
+
+
+# ------------------------------------------------------------------ gather / scatter
+def _along(index, dim: int):
+    """Full coordinate tuple addressing, for each element of `index`, position
+    `index[...]` along `dim` and its own position along the other dims."""
+    return tuple(index if d == dim else lax.broadcasted_iota(jnp.int64, index.shape, d) for d in range(index.ndim))
+
+
+def _scatter_setup(self, dim, index, src):
+    """(self as >=1-d, coordinates, src cut to index's shape, dim) for a scatter;
+    RuntimeError (device-side) for indices outside [0, size)."""
+    squeeze = self.ndim == 0
+    if squeeze:
+        self = self.reshape(1)
+        index = index.reshape(1)
+        if src is not None and jnp.ndim(src) == 0:
+            src = src.reshape(1)
+    dim = dim % self.ndim
+    idx = checked(index, self.shape[dim], RuntimeError, _oob(dim, self.shape[dim]))
+    if src is not None and jnp.ndim(src) > 0:
+        src = src[tuple(slice(0, s) for s in index.shape)]
+    return self, _along(idx, dim), src, squeeze
+
+
+def _reshape_like(value, squeeze):
+    return value.reshape(()) if squeeze else value
+
+
+@lowering(aten.gather.default)
+def gather(self, dim, index, sparse_grad=False):
+    """`aten::gather`: ``out[i][j] = self[index[i][j]][j]`` (dim 0), the shape of
+    `index`; indices must be in [0, size) (RuntimeError otherwise, no wrapping)."""
+    if index.size == 0:
+        return jnp.zeros(index.shape, self.dtype)
+    squeeze = self.ndim == 0
+    x = self.reshape(1) if squeeze else self
+    idx = index.reshape(1) if index.ndim == 0 else index
+    d = dim % x.ndim
+    idx = checked(idx, x.shape[d], RuntimeError, _oob(d, x.shape[d]))
+    return _reshape_like(x[_along(idx, d)], squeeze or index.ndim == 0)
+
+
+def _scatter(self, dim, index, src, reduce=None):
+    out_dtype = self.dtype
+    if index.size == 0:
+        return self
+    x, coords, s, squeeze = _scatter_setup(self, dim, index, src)
+    s = cast(s, out_dtype)
+    if reduce is None:
+        r = x.at[coords].set(s)
+    elif reduce in ("add", "sum"):
+        r = x.at[coords].add(s) if out_dtype != jnp.bool_ else x.at[coords].max(s)
+    else:  # "multiply"
+        r = x.at[coords].mul(s) if out_dtype != jnp.bool_ else x.at[coords].min(s)
+    return _reshape_like(r, squeeze)
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def scatter(self, dim, index, src):
+    """`aten::scatter.src/.value`: ``self[index[i][j]][j] = src[i][j]`` (dim 0);
+    with duplicate indices one of the writes wins, as on CPU."""
+    return _scatter(self, dim, index, src)
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce, static=("reduce",))
+def scatter_reduce_legacy(self, dim, index, src, reduce):
+    """`aten::scatter.reduce/.value_reduce`: scatter with reduce "add" or "multiply"."""
+    return _scatter(self, dim, index, src, reduce)
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(self, dim, index, src):
+    """`aten::scatter_add`: ``self[index[i][j]][j] += src[i][j]``, duplicates summed."""
+    return _scatter(self, dim, index, src, "add")
+
+
+@lowering(aten.scatter_reduce.two)
+def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    """`aten::scatter_reduce.two`: reduce "sum", "prod", "mean", "amax" or "amin" of
+    the values scattered to each position (and of `self` if `include_self`).
+    Positions nothing is scattered to keep `self`. Integer "mean" floors, as on CPU."""
+    if reduce == "mean" and self.dtype == jnp.bool_:
+        raise not_implemented("scatter_gather_tensor_cpu_reduce_mean", self.dtype)
+    if index.size == 0:
+        return self
+    x, coords, s, squeeze = _scatter_setup(self, dim, index, src)
+    dt = x.dtype
+    s = s.astype(dt)
+    hit = jnp.zeros(x.shape, jnp.bool_).at[coords].set(True)
+    if reduce in ("sum", "mean"):
+        base = x if include_self else jnp.where(hit, jnp.zeros((), dt), x)
+        r = base.at[coords].add(s)
+        if reduce == "mean":
+            n = jnp.zeros(x.shape, jnp.int64).at[coords].add(1) + (1 if include_self else 0)
+            n = jnp.maximum(n, 1)
+            if is_float(dt):
+                r = (r.astype(acc_type(dt)) / n.astype(acc_type(dt))).astype(dt)
+            else:
+                r = jnp.floor_divide(r, n.astype(dt))
+            r = jnp.where(hit, r, x)
+    elif reduce == "prod":
+        base = x if include_self else jnp.where(hit, jnp.ones((), dt), x)
+        r = base.at[coords].mul(s)
+    else:
+        largest = reduce == "amax"
+        if include_self:
+            base = x
+        else:
+            fill = (jnp.finfo(dt).min if largest else jnp.finfo(dt).max) if is_float(dt) else \
+                (jnp.iinfo(dt).min if largest else jnp.iinfo(dt).max) if dt != jnp.bool_ else (not largest)
+            base = jnp.where(hit, jnp.asarray(fill, dt), x)
+        r = base.at[coords].max(s) if largest else base.at[coords].min(s)
+        if is_float(dt):  # XLA's scatter-max drops NaN; ATen's propagates it
+            nan = jnp.zeros(x.shape, jnp.bool_).at[coords].max(jnp.isnan(s))
+            r = jnp.where(nan, jnp.asarray(jnp.nan, dt), r)
+    return _reshape_like(r, squeeze)
+
+
+# ------------------------------------------------------------------ index_* along a dim
+def _dim_key(ndim: int, dim: int, idx):
+    return tuple(idx if d == dim else slice(None) for d in range(ndim))
+
+
+@lowering(aten.index_select.default)
+def index_select(self, dim, index):
+    """`aten::index_select` (also behind `embedding`): slices of `self` along `dim`
+    at `index` (1-d or 0-d); IndexError "index out of range in self" outside [0, size)."""
+    if self.ndim == 0:
+        idx = checked(index.reshape(-1), 1, IndexError, "index out of range in self")
+        return jnp.broadcast_to(self, context().out().shape)
+    d = dim % self.ndim
+    idx = checked(index.reshape(-1), self.shape[d], IndexError, "index out of range in self")
+    return jnp.take(self, idx, axis=d)
+
+
+@lowering(aten.index_add.default)
+def index_add(self, dim, index, source, alpha=1):
+    """`aten::index_add`: ``self[..., index[i], ...] += alpha * source[..., i, ...]``
+    along `dim`, duplicates summed; RuntimeError for indices outside [0, size)."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    d = dim % x.ndim
+    idx = checked(index.reshape(-1), x.shape[d], RuntimeError, _oob(d, x.shape[d]))
+    src = source.reshape(x.shape[:d] + (idx.shape[0],) + x.shape[d + 1:])
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        src = src * alpha
+    if x.dtype == jnp.bool_:
+        r = x.at[_dim_key(x.ndim, d, idx)].max(src.astype(jnp.bool_))
+    else:
+        r = x.at[_dim_key(x.ndim, d, idx)].add(src.astype(x.dtype))
+    return r.reshape(self.shape)
+
+
+@lowering(aten.index_copy.default)
+def index_copy(self, dim, index, source):
+    """`aten::index_copy`: ``self[..., index[i], ...] = source[..., i, ...]`` along
+    `dim`; IndexError for indices outside [0, size)."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    d = dim % x.ndim
+    idx = checked(index.reshape(-1), x.shape[d], IndexError, "index_copy_(): " + _oob(d, x.shape[d]))
+    src = source.reshape(x.shape[:d] + (idx.shape[0],) + x.shape[d + 1:])
+    return x.at[_dim_key(x.ndim, d, idx)].set(src.astype(x.dtype)).reshape(self.shape)
+
+
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(self, dim, index, value):
+    """`aten::index_fill`: the slices of `self` at `index` along `dim` set to
+    `value`; negative indices wrap, others outside range raise IndexError."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    d = dim % x.ndim
+    idx = checked(index.reshape(-1), x.shape[d], IndexError, _oob(d, x.shape[d]), negative=True)
+    return x.at[_dim_key(x.ndim, d, idx)].set(cast(value, x.dtype)).reshape(self.shape)
+
+
+@lowering(aten.take.default)
+def take(self, index):
+    """`aten::take`: elements of flattened `self` at `index` (its shape); negative
+    indices wrap; IndexError outside [-numel, numel)."""
+    n = self.size
+    idx = checked(index, n, IndexError, f"out of range: tried to access an index on a tensor of {n} elements.",
+                  negative=True)
+    if n == 0:
+        return jnp.zeros(index.shape, self.dtype)
+    return self.reshape(-1)[idx]
+
+
+@lowering(aten.put.default)
+def put(self, index, source, accumulate=False):
+    """`aten::put` (and `put_`): flattened ``self[index] = source`` (or `+=`);
+    negative indices wrap; IndexError outside [-numel, numel)."""
+    n = self.size
+    idx = checked(index.reshape(-1), n, IndexError,
+                  f"out of range: tried to access an index on a tensor of {n} elements.", negative=True)
+    if idx.size == 0:
+        return self
+    flat = self.reshape(-1)
+    src = source.reshape(-1).astype(self.dtype)
+    flat = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    return flat.reshape(self.shape)
+
+
+# ------------------------------------------------------------------ masked ops
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(self, mask, value):
+    """`aten::masked_fill` (and `masked_fill_`): `value` (a number or 0-dim tensor,
+    converted to self's dtype) where `mask` is True. Non-bool masks raise in PyTorch's
+    checks before this runs."""
+    out = context().out()
+    return jnp.where(mask, cast(value, self.dtype), self).astype(out.dtype)
+
+
+@lowering(aten.masked_scatter.default)
+def masked_scatter(self, mask, source):
+    """`aten::masked_scatter`: the k-th True position of (broadcast) `mask` takes the
+    k-th element of `source`; RuntimeError (device-side) if `source` is too short."""
+    out = context().out()
+    x = jnp.broadcast_to(self, out.shape)
+    m = jnp.broadcast_to(mask, out.shape).reshape(-1)
+    src = source.reshape(-1)
+    nnz = jnp.sum(m)
+    context().check(nnz <= src.shape[0], RuntimeError, "Number of elements of source < number of ones in mask")
+    if src.shape[0] == 0:
+        return x
+    pos = jnp.clip(jnp.cumsum(m) - 1, 0, src.shape[0] - 1)
+    return jnp.where(m, src[pos].astype(x.dtype), x.reshape(-1)).reshape(out.shape)
+
+
+@host_kernel(aten.masked_select.default)
+def masked_select(self, mask):
+    """`aten::masked_select`: the elements of `self` where the (broadcast) bool
+    `mask` is True, as a 1-d tensor; synchronizes for the count."""
+    if mask.dtype != torch.bool:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    shape = torch.broadcast_shapes(self.shape, mask.shape)
+    return index_host(self.expand(shape).reshape(-1), [mask.expand(shape).reshape(-1)])
+
+
+# ------------------------------------------------------------------ sorted search
+def _bisect(seq, values, right: bool):
+    """For each value, the insertion position into the sorted last axis of `seq`
+    (which broadcasts against `values` on the leading axes): ATen's binary search,
+    whose predicate (`!(s >= v)`, `!(s > v)` for right) puts NaN values at the end."""
+    n = seq.shape[-1]
+    lo = jnp.zeros(values.shape, jnp.int64)
+    hi = jnp.full(values.shape, n, jnp.int64)
+    seq = jnp.broadcast_to(seq, values.shape[:-1] + (n,)) if seq.ndim > 1 else seq
+    for _ in range(max(1, int(n).bit_length())):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        safe = jnp.minimum(mid, n - 1)
+        s = jnp.take_along_axis(seq, safe, axis=-1) if seq.ndim > 1 else seq[safe]
+        go_right = ~(s > values) if right else ~(s >= values)
+        lo = jnp.where(active & go_right, mid + 1, lo)
+        hi = jnp.where(active & ~go_right, mid, hi)
+    return lo
+
+
+def _searchsorted(sorted_sequence, values, right, side, sorter):
+    for t in (sorted_sequence, values):
+        if jnp.asarray(t).dtype == jnp.bool_:
+            raise not_implemented("searchsorted_out_cpu", jnp.bool_)
+    right = bool(right) or side == "right"
+    seq = sorted_sequence
+    if sorter is not None:
+        ok = jnp.all((sorter >= 0) & (sorter < seq.shape[-1])) if sorter.size else jnp.asarray(True)
+        context().check(ok, RuntimeError, "torch.searchsorted(): sorter index out of range")
+        seq = jnp.take_along_axis(seq, jnp.clip(sorter, 0, max(seq.shape[-1] - 1, 0)).astype(jnp.int64), axis=-1)
+    c = jnp.promote_types(seq.dtype, jnp.asarray(values).dtype)
+    seq, vals = seq.astype(c), jnp.asarray(values).astype(c)
+    if seq.shape[-1] == 0:
+        return jnp.zeros(context().out().shape)
+    scalar = vals.ndim == 0
+    if scalar:
+        vals = vals.reshape(1)
+    pos = _bisect(seq, vals, right)
+    return pos.reshape(()) if scalar else pos
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
+    """`aten::searchsorted`: insertion indices of `self` into the innermost dim of
+    `sorted_sequence` (1-d, or with leading dims matching `self`'s); `right`/`side`
+    select the upper bound; `sorter` sorts the sequence first (RuntimeError if out of
+    range). int64 output, int32 with `out_int32`."""
+    return _searchsorted(sorted_sequence, self, right, side, sorter)
+
+
+@lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(self, boundaries, out_int32=False, right=False):
+    """`aten::bucketize`: the bucket of each element of `self` among the 1-d sorted
+    `boundaries` (``searchsorted(boundaries, self, right=right)``)."""
+    return _searchsorted(boundaries, self, right, None, None)
+
+
+# ------------------------------------------------------------------ embedding backward
+@lowering(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """`aten::embedding_dense_backward`: the (num_weights, D) gradient of an
+    embedding lookup: rows of `grad_output` summed into the rows they were read
+    from, nothing for `padding_idx`, divided by each index's count when
+    `scale_grad_by_freq`. Half types accumulate in float32."""
+    d = grad_output.shape[-1]
+    idx = indices.reshape(-1).astype(jnp.int64)
+    acc = acc_type(grad_output.dtype)
+    g = grad_output.reshape(-1, d).astype(acc)
+    keep = idx != padding_idx
+    g = jnp.where(keep[:, None], g, jnp.zeros((), acc))
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), acc).at[idx].add(1, mode="drop")
+        g = g / counts[jnp.clip(idx, 0, num_weights - 1)][:, None]
+    out = jnp.zeros((num_weights, d), acc).at[idx].add(g, mode="drop")
+    return out.astype(grad_output.dtype)

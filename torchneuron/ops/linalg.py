@@ -5,25 +5,21 @@ qr, svd, eigh, lu_factor, triangular solve) through `jax.lax.linalg`.
 Products run at `Precision.HIGHEST` so float32 matches CPU's BLAS (no reduced-precision
 passes); float16/bfloat16 accumulate in float32 and round once, integers accumulate in
 their own type (wrapping as on CPU). Decompositions report failures the way CPU's
-LAPACK wrappers do: an `info` output (0 = success) computed from the JAX result, since
-JAX returns NaNs instead of failing.
+LAPACK wrappers do: LAPACK's `info` (0 = success, else the failing index) computed
+from the JAX result, since JAX returns NaNs instead of failing; `torch.linalg.*` then
+raises CPU's LinAlgError with the same message.
 """
+import jax
 import jax.numpy as jnp
+import torch
 from jax import lax
 
-import torch
-
-from .elementwise import _HALF
+from ._common import acc_type
 from .registry import context, lowering
 
 aten = torch.ops.aten
 
 _HIGHEST = lax.Precision.HIGHEST
-
-
-def _acc(dtype):
-    """The dtype products accumulate in: float32 for half types, else the dtype itself."""
-    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
 def _reject_bool(dtype, name: str) -> None:
@@ -33,7 +29,7 @@ def _reject_bool(dtype, name: str) -> None:
 
 def _dot(a, b, contract, batch=((), ())):
     """`lax.dot_general` at HIGHEST precision, accumulating in `_acc` of the output."""
-    acc = _acc(context().out_dtype())
+    acc = acc_type(context().out_dtype())
     return lax.dot_general(a.astype(acc), b.astype(acc), (contract, batch), precision=_HIGHEST,
                            preferred_element_type=acc)
 
@@ -119,27 +115,50 @@ def vdot(self, other):
 
 @lowering(aten.addr.default)
 def addr(self, vec1, vec2, beta=1, alpha=1):
-    """aten::addr: beta * self + alpha * outer(vec1, vec2); bool tensors use and/or
-    like CPU."""
+    """aten::addr: beta * self + alpha * outer(vec1, vec2), elementwise in the output
+    dtype in CPU's operation order (so half types round after each op, as on CPU);
+    bool tensors use and/or. beta == 0 ignores self."""
     out = context().out_dtype()
+    v1, v2 = vec1.astype(out)[:, None], vec2.astype(out)[None, :]
     if out == jnp.bool_:
-        outer = vec1[:, None] & vec2[None, :]
-        if not alpha:
-            outer = jnp.zeros_like(outer)
-        return outer | self if beta else jnp.broadcast_to(outer, context().out().shape)
-    acc = _acc(out)
-    outer = vec1.astype(acc)[:, None] * vec2.astype(acc)[None, :]
-    return _scaled_sum(self, outer, beta, alpha)
+        outer = v1 & v2 & jnp.asarray(alpha, jnp.bool_)
+        return outer | (self & jnp.asarray(beta, jnp.bool_))
+    outer = jnp.asarray(alpha, out) * v1 * v2
+    if isinstance(beta, (int, float)) and beta == 0:
+        return jnp.broadcast_to(outer, context().out().shape)
+    return jnp.asarray(beta, out) * self.astype(out) + outer
 
 
 # ------------------------------------------------------------------ decompositions
-def _info_from(ok):
-    """ATen's int32 `info` output: 0 where the factorization succeeded, else 1."""
-    return jnp.where(ok, 0, 1).astype(jnp.int32)
+def _first_failure(bad):
+    """LAPACK's int32 `info` from per-position failures along the last axis: the
+    1-based index of the first one, 0 when there is none."""
+    return jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, 0).astype(jnp.int32)
 
 
-def _all_finite(x, axes):
-    return jnp.all(jnp.isfinite(x), axis=axes)
+def _potrf_info(A):
+    """LAPACK potrf's info for (*, n, n): the order of the first leading minor that is
+    not positive-definite. XLA only reports failure (a NaN factor), so this replays the
+    unblocked Cholesky recurrence; callers run it only for failed matrices."""
+    n = A.shape[-1]
+    a = A.reshape((-1, n, n))
+
+    def one(m):
+        def column(j, state):
+            L, info = state
+            mask = jnp.arange(n) < j
+            lj = jnp.where(mask, L[j], 0)
+            d = jnp.real(m[j, j] - jnp.sum(lj * jnp.conj(lj)))
+            ok = d > 0
+            info = jnp.where(~ok & (info == 0), j + 1, info)
+            ljj = jnp.sqrt(jnp.where(ok, d, 1)).astype(m.dtype)
+            col = (m[:, j] - jnp.where(mask[None, :], L, 0) @ jnp.conj(lj)) / ljj
+            col = jnp.where(jnp.arange(n) > j, col, jnp.where(jnp.arange(n) == j, ljj, 0))
+            return L.at[:, j].set(col), info
+
+        return lax.fori_loop(0, n, column, (jnp.zeros_like(m), jnp.int32(0)))[1]
+
+    return jax.vmap(one)(a).reshape(A.shape[:-2])
 
 
 @lowering(aten.linalg_cholesky_ex.default)
@@ -147,13 +166,15 @@ def linalg_cholesky_ex(self, upper=False, check_errors=False):
     """aten::linalg_cholesky_ex: (L, info) of a batch of Hermitian positive-definite
     matrices (..., n, n). info != 0 marks a matrix that is not positive-definite (L is
     then NaN-filled by XLA where CPU leaves a partial factor)."""
-    L = lax.linalg.cholesky(self, symmetrize_input=False)
-    L = jnp.tril(L)
-    info = _info_from(_all_finite(L, (-2, -1)))
+    L = jnp.tril(lax.linalg.cholesky(self, symmetrize_input=False))
+    failed = ~jnp.all(jnp.isfinite(L), axis=(-2, -1))
+    info = lax.cond(jnp.any(failed), lambda: jnp.where(failed, _potrf_info(self), 0),
+                    lambda: jnp.zeros(failed.shape, jnp.int32))
     if check_errors:
         context().check(jnp.all(info == 0), torch.linalg.LinAlgError,
                         "linalg.cholesky: The factorization could not be completed because the input is not "
-                        "positive-definite.")
+                        "positive-definite (the leading minor of order {} is not positive-definite).",
+                        value=jnp.max(info))
     if upper:
         L = jnp.conj(jnp.swapaxes(L, -1, -2))
     return L, info
@@ -162,8 +183,7 @@ def linalg_cholesky_ex(self, upper=False, check_errors=False):
 def _lu(A):
     """(LU, pivots (1-based int32, LAPACK order), info) of a batch of square matrices."""
     lu, piv, _ = lax.linalg.lu(A)
-    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    info = _info_from(jnp.all(diag != 0, axis=-1) & _all_finite(lu, (-2, -1)))
+    info = _first_failure(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
     return lu, (piv + 1).astype(jnp.int32), info
 
 
@@ -199,7 +219,9 @@ def _as_matrix(B, A, left):
     """ATen's vector-rhs rule: B is a (batch of) vector(s) when B.ndim == 1 or when
     B.shape == A.shape[:-1]."""
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
-    return (B[..., :, None] if left else B[..., None, :]), vector
+    if not vector:
+        return B, False
+    return (B[..., :, None] if left else B[..., None, :]), True
 
 
 @lowering(aten._linalg_solve_ex.default)
@@ -241,8 +263,8 @@ def linalg_inv_ex(A, check_errors=False):
     inv = _lu_solve(lu, piv - 1, eye)
     if check_errors:
         context().check(jnp.all(info == 0), torch.linalg.LinAlgError,
-                        "linalg.inv: The diagonal element 1 is zero, the inversion could not be completed "
-                        "because the input matrix is singular.")
+                        "linalg.inv: The diagonal element {} is zero, the inversion could not be completed "
+                        "because the input matrix is singular.", value=jnp.max(info))
     return inv, info
 
 

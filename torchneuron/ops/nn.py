@@ -33,11 +33,15 @@ _TYPE_NAMES = {np.dtype(np.bool_): "Bool", np.dtype(np.uint8): "Byte", np.dtype(
                np.dtype(np.int16): "Short", np.dtype(np.int32): "Int", np.dtype(np.int64): "Long"}
 
 
-def _require_float(x, kernel: str, allow_int: bool = False):
-    """CPU's dtype dispatch error for a kernel without integer (or bool) support:
+_INTS = ("Byte", "Char", "Short", "Int", "Long")
+
+
+def _require_float(x, kernel: str, allowed=()):
+    """CPU's dtype dispatch error for a kernel without support for x's integer or bool
+    dtype (`allowed` names the supported ones, ATen-style: "Byte", "Long", ...):
     NotImplementedError('"<kernel>" not implemented for \'Long\'')."""
     name = _TYPE_NAMES.get(np.dtype(x.dtype))
-    if name is not None and not (allow_int and name != "Bool"):
+    if name is not None and name not in allowed:
         raise NotImplementedError(f'"{kernel}" not implemented for \'{name}\'')
 
 
@@ -84,6 +88,18 @@ def log_softmax(self, dim, half_to_float):
     x, d = _softmax_dim(_acc(self), dim)
     shifted = x - jnp.max(x, axis=d, keepdims=True)
     return (shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=d, keepdims=True))).reshape(self.shape)
+
+
+@lowering(aten._safe_softmax.default)
+def safe_softmax(self, dim, dtype=None):
+    """aten::_safe_softmax (SDPA's math path): softmax, but rows that are entirely
+    -inf give zeros instead of NaN. `dtype` casts the input first."""
+    x = self if dtype is None else self.astype(context().out_dtype())
+    y = softmax(x, dim, False)
+    if y.ndim == 0:
+        return y
+    masked = jnp.all(x == -jnp.inf, axis=dim % x.ndim, keepdims=True)
+    return jnp.where(masked, jnp.zeros((), y.dtype), y)
 
 
 @lowering(aten._softmax_backward_data.default)
@@ -367,6 +383,8 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
             updates["running_mean"] = (1 - momentum) * _acc(running_mean) + momentum * save_mean
             updates["running_var"] = (1 - momentum) * _acc(running_var) + momentum * unbiased
     else:
+        if running_mean is not None:  # written back unchanged: the kernel declares the writes
+            updates = {"running_mean": running_mean, "running_var": running_var}
         invstd = lax.rsqrt(_acc(running_var) + eps)
         x_hat = (x - _channel_view(running_mean, x.ndim)) * _channel_view(invstd, x.ndim)
         save_mean = jnp.zeros(ctx.out(1).shape, x.dtype)
@@ -502,7 +520,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     transposed (with output_padding). input (N, C_in, *), weight (C_out, C_in/g, *k)
     or (C_in, C_out/g, *k) transposed; bias (C_out,). Integer types convolve exactly
     (CPU's slow path supports them); bool raises NotImplementedError."""
-    _require_float(input, "slow_conv2d_cpu", allow_int=True)
+    _require_float(input, "slow_conv2d_cpu", _INTS)
     y = _conv(_acc(input), _acc(weight), stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:
         y = y + _channel_view(bias, y.ndim)
@@ -567,7 +585,7 @@ def _max_pool(self, nsp, kernel_size, stride, padding, dilation):
     """(values, flat indices into the input plane) of max pooling over the trailing
     `nsp` dims, replaying CPU's scan: a window's first valid element seeds it, a later
     one wins when greater or NaN (so ties keep the first, NaNs the last)."""
-    _require_float(self, "max_pool2d" if nsp == 2 else "max_pool3d", allow_int=True)
+    _require_float(self, "max_pool2d" if nsp == 2 else "max_pool3d", _INTS)
     kernel, stride, padding, dilation = _expand_args(nsp, kernel_size, stride, padding, dilation)
     in_sizes = self.shape[-nsp:]
     out_sizes = context().out(0).shape[-nsp:]
@@ -668,14 +686,15 @@ def _avg_pool(self, nsp, kernel_size, stride, padding, ceil_mode, count_include_
     lead = xp.ndim - nsp
     window = (1,) * lead + tuple(kernel)
     strides = (1,) * lead + tuple(stride)
-    sums = lax.reduce_window(xp, jnp.zeros((), x.dtype), lax.add, window, strides, "VALID")
+    # A concrete zero init makes this XLA's differentiable windowed sum.
+    sums = lax.reduce_window(xp, np.zeros((), x.dtype), lax.add, window, strides, "VALID")
     sums = lax.slice(sums, (0,) * sums.ndim, sums.shape[:lead] + tuple(out_sizes))
     if divisor_override:
         div = np.asarray(divisor_override)
     else:
         div = np.maximum(_avg_divisor(in_sizes, out_sizes, kernel, stride, padding, count_include_pad), 1)
     if not jnp.issubdtype(x.dtype, jnp.floating):  # CPU divides integer sums truncating
-        return lax.div(sums, jnp.asarray(div, x.dtype))
+        return lax.div(sums, jnp.broadcast_to(jnp.asarray(div, x.dtype), sums.shape))
     return sums / jnp.asarray(div, x.dtype)
 
 
@@ -815,7 +834,7 @@ def _nearest_lowerings(op, backward_op, nsp, exact):
     def forward(self, output_size, *scales):
         """aten::upsample_nearest / _upsample_nearest_exact (1-3d): CPU's float32
         source-index rule, identity and 2x fast paths included."""
-        _require_float(self, f"upsample_nearest{nsp}d_channels_last", allow_int=nsp != 2)
+        _require_float(self, "compute_indices_weights_nearest", ("Byte",))
         return _upsample_nearest(self, context().out().shape[-nsp:], scales, exact)
 
     def backward(grad_output, output_size, input_size, *scales):
@@ -866,7 +885,7 @@ def _linear_lowerings(op, backward_op, nsp):
     def forward(self, output_size, align_corners, *scales):
         """aten::upsample_{linear1d,bilinear2d,trilinear3d}: CPU's source-index and
         weight rules (align_corners, explicit scales)."""
-        _require_float(self, "upsample_bilinear2d_channels_last")
+        _require_float(self, "compute_indices_weights_linear")
         return _upsample_linear(_acc(self), context().out().shape[-nsp:], align_corners, scales)
 
     def backward(grad_output, output_size, input_size, align_corners, *scales):
@@ -961,4 +980,7 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
 
     _, vjp = jax.vjp(forward, *args)
     grads = list(vjp(_acc(grad_out))) + [None] * (4 - len(args))
-    return tuple(g if m else None for g, m in zip(grads, grad_input_mask))
+    # The meta kernel promises every gradient whose input exists, masked or not.
+    ctx = context()
+    return tuple(g if m or g is None else jnp.zeros(ctx.out(i).shape, g.dtype)
+                 for i, (g, m) in enumerate(zip(grads, grad_input_mask)))

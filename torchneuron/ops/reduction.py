@@ -13,6 +13,7 @@ import torch
 from jax import lax
 
 from ._common import acc_type, is_float
+from .indexing import not_implemented
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -149,6 +150,11 @@ def aminmax(self, dim=None, keepdim=False):
     return _shaped(_extreme(self, axes, False), 0), _shaped(_extreme(self, axes, True), 1)
 
 
+def _no_bool(x, name):
+    if x.dtype == jnp.bool_:
+        raise RuntimeError(f"{name}(): does not support bool input")
+
+
 def _arg_extreme(x, axis, largest: bool):
     """Index of the first maximum (minimum) along `axis`; the first NaN wins."""
     if x.dtype == jnp.bool_:
@@ -159,7 +165,8 @@ def _arg_extreme(x, axis, largest: bool):
 @lowering(aten.argmax.default)
 def argmax(self, dim=None, keepdim=False):
     """`aten::argmax`: int64 index of the first maximum (first NaN) along `dim`, of
-    the flattened tensor if `dim` is None."""
+    the flattened tensor if `dim` is None. Bool input raises RuntimeError, as on CPU."""
+    _no_bool(self, "argmax")
     x = self.reshape(-1) if dim is None or self.ndim == 0 else self
     return _shaped(_arg_extreme(x, 0 if dim is None or self.ndim == 0 else dim % self.ndim, True))
 
@@ -167,6 +174,7 @@ def argmax(self, dim=None, keepdim=False):
 @lowering(aten.argmin.default)
 def argmin(self, dim=None, keepdim=False):
     """`aten::argmin`: int64 index of the first minimum (first NaN) along `dim`."""
+    _no_bool(self, "argmin")
     x = self.reshape(-1) if dim is None or self.ndim == 0 else self
     return _shaped(_arg_extreme(x, 0 if dim is None or self.ndim == 0 else dim % self.ndim, False))
 
@@ -197,8 +205,9 @@ def min_dim(self, dim, keepdim=False):
 def _var(self, dim, correction):
     """(variance, mean) over `dim` in the accumulation type, two-pass. The divisor is
     max(0, N - correction) as in ATen: zero degrees of freedom give inf or NaN."""
-    out = context().out_dtype()
-    acc = acc_type(out)
+    if not is_float(self.dtype):
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+    acc = acc_type(context().out_dtype())
     axes = _axes(dim, self.ndim)
     n = _count(self.shape, axes)
     x = self.astype(acc)
@@ -345,7 +354,9 @@ def _log_add_exp(a, b):
 @lowering(aten._logcumsumexp.default)
 def logcumsumexp(self, dim):
     """`aten::_logcumsumexp` (behind `torch.logcumsumexp`): running log-sum-exp along
-    `dim`, in float32 for half types."""
+    `dim`, in float32 for half types; other non-float types are not implemented."""
+    if not is_float(self.dtype):
+        raise not_implemented("logcumsumexp_out_cpu", self.dtype)
     x = self.astype(acc_type(context().out_dtype()))
     axis = _axis(dim, self.ndim)
     return _shaped(x if axis is None else lax.associative_scan(_log_add_exp, x, axis=axis))
@@ -387,6 +398,8 @@ def sort(self, stable=None, dim=-1, descending=False):
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """`aten::topk`: the `k` largest (smallest) along `dim`, always in sorted order
     (valid for sorted=False too); ties keep index order; NaN counts as largest."""
+    if self.dtype == jnp.bool_:
+        raise RuntimeError("topk does not support bool dtypes on CPU")
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
@@ -398,12 +411,19 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
 def kthvalue(self, k, dim=-1, keepdim=False):
     """`aten::kthvalue`: the k-th smallest along `dim` and its index (among equal
     values, which index is returned is unspecified in PyTorch; here the first)."""
+    if self.dtype == jnp.bool_:
+        raise not_implemented("kthvalue_cpu", self.dtype)
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
     v, i = sort_along(self, axis, False)
     return (_shaped(lax.index_in_dim(v, k - 1, axis, keepdims=False), 0),
             _shaped(lax.index_in_dim(i, k - 1, axis, keepdims=False), 1))
+
+
+def _median_dtype(x, kernel):
+    if x.dtype == jnp.bool_:
+        raise not_implemented(kernel, x.dtype)
 
 
 def _median(x, axis: int, ignore_nan: bool):
@@ -431,6 +451,7 @@ def _median(x, axis: int, ignore_nan: bool):
 def median(self):
     """`aten::median` (no dim): lower median of all elements; NaN if any is NaN or
     the tensor is empty."""
+    _median_dtype(self, "median_cpu")
     if self.size == 0:
         return _shaped(jnp.asarray(jnp.nan))
     return _shaped(_median(self.reshape(-1), 0, False)[0])
@@ -439,12 +460,14 @@ def median(self):
 @lowering(aten.nanmedian.default)
 def nanmedian(self):
     """`aten::nanmedian` (no dim): lower median ignoring NaN."""
+    _median_dtype(self, "median_cpu")
     if self.size == 0:
         return _shaped(jnp.asarray(jnp.nan))
     return _shaped(_median(self.reshape(-1), 0, True)[0])
 
 
 def _median_dim(self, dim, ignore_nan):
+    _median_dtype(self, "median_out")
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)

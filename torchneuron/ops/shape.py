@@ -1,1 +1,244 @@
-"""Lowerings: shape (being written)."""
+"""Shape lowerings: concatenation, flips and rolls, padding, triangles, the
+`*_scatter` ops functionalization emits, `repeat_interleave`, and `unique`.
+
+Views (view, reshape, permute, expand, slice, select, diagonal, unfold, ...) need no
+lowering: the C++ shim and PyTorch's CompositeExplicitAutograd kernels make them
+metadata-only `neuron` tensors, and the executor reads them out of their storage. The
+`*_copy` variants and `stack`/`split`/`tensor_split`/`unbind` reach PrivateUse1 only
+through those views plus `clone`/`cat`.
+
+`unique` and `repeat_interleave` without `output_size` have data-dependent output
+sizes: their eager kernels count on the device, synchronize once, and finish with
+lowered ops of static shape, as ATen's CPU kernels do.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from .indexing import host_kernel, lowered
+from .registry import context, lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.cat.default)
+def cat(tensors, dim=0):
+    """`aten::cat` (and `cat.out`; behind `stack`, `hstack`, ...): concatenation along
+    `dim` in the promoted dtype PyTorch computed. 1-d empty tensors are skipped, a
+    legacy rule ATen keeps."""
+    out = context().out()
+    parts = [t.astype(out.dtype) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if not parts or 0 in out.shape:
+        return jnp.zeros(out.shape, out.dtype)
+    return jnp.concatenate(parts, axis=dim % parts[0].ndim)
+
+
+@lowering(aten.flip.default)
+def flip(self, dims):
+    """`aten::flip` (behind `fliplr`, `flipud`, `rot90`): reverses `dims`."""
+    if self.ndim == 0:
+        return self
+    return jnp.flip(self, axis=tuple(d % self.ndim for d in dims))
+
+
+@lowering(aten.roll.default)
+def roll(self, shifts, dims=()):
+    """`aten::roll`: elements shifted cyclically along `dims` (of the flattened
+    tensor when `dims` is empty); element i moves to i + shift."""
+    if self.size == 0:
+        return self
+    if not dims:
+        return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
+    return jnp.roll(self, tuple(shifts), axis=tuple(d % self.ndim for d in dims))
+
+
+@lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(self, pad, value=0):
+    """`aten::constant_pad_nd` (`F.pad` mode "constant"): pads (or, for negative
+    amounts, crops) the last len(pad)/2 dims, pairs given last dim first."""
+    n = len(pad) // 2
+    config = [(0, 0, 0)] * (self.ndim - n)
+    config += [(pad[2 * (self.ndim - 1 - d)], pad[2 * (self.ndim - 1 - d) + 1], 0) for d in range(self.ndim - n, self.ndim)]
+    out = context().out()
+    if 0 in out.shape:
+        return jnp.zeros(out.shape, self.dtype)
+    return lax.pad(self, jnp.asarray(value).astype(self.dtype), config)
+
+
+@lowering(aten.tril.default)
+def tril(self, diagonal=0):
+    """`aten::tril` (and `tril_`): zeroes elements above `diagonal` of the last two
+    dims."""
+    return jnp.tril(self, k=diagonal)
+
+
+@lowering(aten.triu.default)
+def triu(self, diagonal=0):
+    """`aten::triu` (and `triu_`): zeroes elements below `diagonal` of the last two
+    dims."""
+    return jnp.triu(self, k=diagonal)
+
+
+# ------------------------------------------------------------------ *_scatter (functionalized views)
+@lowering(aten.slice_scatter.default)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    """`aten::slice_scatter`: `self` with ``self[..., start:end:step, ...] = src``
+    along `dim` (Python slice bounds)."""
+    if self.ndim == 0:
+        return src.astype(self.dtype)
+    d = dim % self.ndim
+    key = (slice(None),) * d + (slice(start, end, step),)
+    return self.at[key].set(src.astype(self.dtype))
+
+
+@lowering(aten.select_scatter.default)
+def select_scatter(self, src, dim, index):
+    """`aten::select_scatter`: `self` with ``self.select(dim, index) = src``."""
+    d = dim % self.ndim
+    return self.at[(slice(None),) * d + (index % self.shape[d],)].set(src.astype(self.dtype))
+
+
+@lowering(aten.diagonal_scatter.default)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    """`aten::diagonal_scatter`: `self` with ``self.diagonal(offset, dim1, dim2) = src``
+    (the diagonal is `src`'s last dim)."""
+    d1, d2 = dim1 % self.ndim, dim2 % self.ndim
+    x = jnp.moveaxis(self, (d1, d2), (-2, -1))
+    n = src.shape[-1]
+    i = np.arange(n)
+    rows, cols = i + max(-offset, 0), i + max(offset, 0)
+    x = x.at[..., rows, cols].set(src.astype(self.dtype))
+    return jnp.moveaxis(x, (-2, -1), (d1, d2))
+
+
+@lowering(aten.as_strided_scatter.default)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    """`aten::as_strided_scatter`: `self` (as a contiguous buffer) with the window
+    ``as_strided(size, stride, storage_offset)`` overwritten by `src`."""
+    idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        idx = idx + (np.arange(n) * st).reshape(shape)
+    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
+    return flat.reshape(self.shape)
+
+
+# ------------------------------------------------------------------ repeat_interleave
+@lowering(aten.repeat_interleave.Tensor, static=("output_size",))
+def repeat_interleave(repeats, output_size=None):
+    """`aten::repeat_interleave.Tensor` with a known `output_size`: index i repeated
+    repeats[i] times. Negative repeats raise RuntimeError (device-side)."""
+    context().check(jnp.all(repeats >= 0), RuntimeError, "repeats can not be negative")
+    ends = jnp.cumsum(repeats.astype(jnp.int64))
+    return jnp.searchsorted(ends, jnp.arange(output_size), side="right")
+
+
+@host_kernel(aten.repeat_interleave.Tensor)
+def repeat_interleave_host(repeats, output_size=None):
+    """Eager `aten::repeat_interleave.Tensor`: without `output_size`, sums `repeats`
+    on the device and synchronizes for the size."""
+    if output_size is None:
+        output_size = int(repeats.sum().item()) if repeats.numel() else 0
+    return lowered(aten.repeat_interleave.Tensor)(repeats, output_size)
+
+
+# ------------------------------------------------------------------ unique
+def _empty_long(device):
+    return torch.empty(0, dtype=torch.long, device=device)
+
+
+def _groups(rows, order, return_inverse, return_counts, inverse_shape):
+    """Unique groups of consecutive equal rows of `rows` (n, m) taken in `order`:
+    (first row of each group, inverse indices or empty, counts or empty)."""
+    n = rows.shape[0]
+    dev = rows.device
+    ordered = rows[order] if order is not None else rows
+    starts = torch.ones(n, dtype=torch.bool, device=dev)
+    if n > 1:
+        # x != x keeps every NaN apart, as ATen's comparisons do.
+        starts[1:] = (ordered[1:] != ordered[:-1]).any(dim=1)
+    k = int(starts.sum().item())
+    first = aten.nonzero_static.default(starts, size=k)[:, 0]
+    inverse = counts = _empty_long(dev)
+    if return_inverse:
+        group = starts.cumsum(0) - 1
+        inverse = group if order is None else torch.empty_like(group).scatter_(0, order, group)
+        inverse = inverse.reshape(inverse_shape)
+    if return_counts:
+        counts = torch.diff(first, append=torch.full((1,), n, dtype=torch.long, device=dev))
+    return ordered[first], inverse, counts
+
+
+def _lexsort(rows):
+    """Stable lexicographic order of the rows of `rows` (n, m): a stable sort per
+    column, last column first."""
+    order = torch.arange(rows.shape[0], device=rows.device)
+    for c in reversed(range(rows.shape[1])):
+        _, perm = torch.sort(rows[order, c], stable=True)
+        order = order[perm]
+    return order
+
+
+@host_kernel(aten._unique2.default)
+def unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    """`aten::_unique2` (`torch.unique` without dim): sorted unique elements, the
+    inverse indices (self's shape) and counts, empty when not requested. NaNs are
+    all distinct and sort last. Synchronizes once for the number of groups."""
+    flat = self.reshape(-1)
+    if flat.numel() == 0:
+        return flat.clone(), _empty_long(self.device), _empty_long(self.device)
+    _, order = torch.sort(flat, stable=True)
+    return _unique_flat(flat, order, return_inverse, return_counts, self.shape)
+
+
+def _unique_flat(flat, order, return_inverse, return_counts, shape):
+    values, inverse, counts = _groups(flat[:, None], order, return_inverse, return_counts, shape)
+    return values[:, 0], inverse, counts
+
+
+@host_kernel(aten._unique.default)
+def unique(self, sorted=True, return_inverse=False):
+    """`aten::_unique`: `_unique2` without counts."""
+    values, inverse, _ = unique2(self, sorted, return_inverse, False)
+    return values, inverse
+
+
+@host_kernel(aten.unique_consecutive.default)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    """`aten::unique_consecutive`: collapses runs of equal consecutive elements (or
+    slices along `dim`)."""
+    if dim is None:
+        flat = self.reshape(-1)
+        if flat.numel() == 0:
+            return flat.clone(), _empty_long(self.device), _empty_long(self.device)
+        return _unique_flat(flat, None, return_inverse, return_counts, self.shape)
+    return _unique_dim(self, dim, False, return_inverse, return_counts)
+
+
+def _unique_dim(self, dim, sort, return_inverse, return_counts):
+    d = dim % max(self.dim(), 1)
+    moved = self.movedim(d, 0)
+    rows = moved.reshape(moved.shape[0], -1)
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        return self.clone(), _empty_long(self.device), _empty_long(self.device)
+    order = _lexsort(rows) if sort else None
+    values, inverse, counts = _groups(rows, order, return_inverse, return_counts, (rows.shape[0],))
+    values = values.reshape((-1,) + tuple(moved.shape[1:])).movedim(0, d)
+    return values, inverse, counts
+
+
+@host_kernel(aten.unique_dim.default)
+def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    """`aten::unique_dim` (`torch.unique(dim=...)`): unique slices along `dim`, in
+    lexicographic order."""
+    return _unique_dim(self, dim, True, return_inverse, return_counts)
+
+
+@host_kernel(aten.unique_dim_consecutive.default)
+def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False):
+    """`aten::unique_dim_consecutive`: `unique_consecutive` along `dim`."""
+    return _unique_dim(self, dim, False, return_inverse, return_counts)

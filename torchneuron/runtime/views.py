@@ -20,11 +20,25 @@ from jax import lax
 Shape = Tuple[int, ...]
 
 
+def _complex_part(dtype):
+    """The real dtype of each half of a complex dtype (complex64 -> float32)."""
+    return jnp.dtype(jnp.float32) if jnp.dtype(dtype) == jnp.complex64 else jnp.dtype(jnp.float64)
+
+
 def _as_dtype(flat, dtype):
     """Reinterprets a flat buffer's bytes as `dtype` (view(dtype) semantics)."""
     src = flat.dtype
     if src == dtype:
         return flat
+    # XLA bitcasts neither from nor to complex: go through the (real, imag) pairs,
+    # which are the bytes of a complex number.
+    if jnp.issubdtype(src, jnp.complexfloating):
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+        return _as_dtype(flat, dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        parts = _as_dtype(flat, _complex_part(dtype))
+        n = parts.shape[0] // 2
+        return lax.complex(parts[0:2 * n:2], parts[1:2 * n:2])
     if src == jnp.bool_:
         flat = flat.astype(jnp.uint8)
         src = flat.dtype
