@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import interleaved_min, peak_rss_mib  # noqa: E402
-from gpt_step import DEFAULT, make_step  # noqa: E402
+from gpt_step import DEFAULT, make_step, sync  # noqa: E402
 
 CONFIGS = {
     "neuron compiled": ("neuron", "neuron"),
@@ -95,7 +95,7 @@ def main():
             def run():
                 for _ in range(a.steps):
                     loss = steps[c]()
-                loss.item()
+                sync(CONFIGS[c][0], loss)
             return run
 
         best = interleaved_min({c: timed(c) for c in CONFIGS}, repeats=a.repeats)

@@ -69,3 +69,19 @@ def check(fn, *args, atol=None, rtol=None, allow_fallback=False, **kwargs):
             actual = fn(*nargs, **nkwargs)
     assert_same(actual, expected, atol, rtol)
     return actual
+
+
+def check_like_cpu(fn, *args, atol=None, rtol=None):
+    """Like `check`; when fn raises on CPU, asserts that the neuron run raises the same
+    exception type, at the latest at the next synchronization point."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - any CPU error is the expectation
+        import pytest
+
+        with pytest.raises(type(exc)):
+            with no_fallback():
+                fn(*to_neuron(args))
+                torch.neuron.synchronize()
+        return None
+    return check(fn, *args, atol=atol, rtol=rtol)

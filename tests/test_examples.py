@@ -49,7 +49,8 @@ def test_gpt_neuron_matches_cpu_step_by_step():
     cpu = gpt_train.train(replace(TINY_GPT, device="cpu"))
     neuron = gpt_train.train(replace(TINY_GPT, device="neuron"))
     assert len(neuron.losses) == len(cpu.losses) == TINY_GPT.steps
-    torch.testing.assert_close(torch.tensor(neuron.losses), torch.tensor(cpu.losses), rtol=1e-4, atol=0)
+    torch.testing.assert_close(torch.tensor(neuron.losses, dtype=torch.float64),
+                               torch.tensor(cpu.losses, dtype=torch.float64), rtol=1e-4, atol=0)
     assert cpu.losses[-1] < cpu.losses[0]  # it learns, so the comparison covers real updates
 
 

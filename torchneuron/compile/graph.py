@@ -122,13 +122,14 @@ class GraphExecutable:
                 if ctx.checks:
                     log.debug("device-side checks of %s are not raised inside compiled graphs", node.target)
                 env[node] = _cast(result, ctx.outs)
+            elif node.op == "get_attr":
+                env[node] = _constant(getattr(self.gm, node.target))
             elif node.op == "output":
                 outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
                 flat = []
                 for v, val in zip(outs, self.out_vals):
                     if isinstance(val, torch.Tensor):
-                        flat.append(executor._to_layout(jnp.asarray(v).astype(dtypes.to_jax(val.dtype)),
-                                                        tuple(val.shape), tuple(val.stride())))
+                        flat.append(_layout(jnp.asarray(v).astype(dtypes.to_jax(val.dtype)), val))
                 return tuple(flat), tuple(m.reshape(-1) for m in mutations)
             else:
                 raise NotImplementedError(f"torchneuron compile: unsupported FX node {node.op}")
@@ -206,6 +207,26 @@ class GraphExecutable:
             f.write(self.gm.code)
         with open(stem + ".stablehlo.mlir", "w") as f:
             f.write(lowered.as_text())
+
+
+def _constant(value):
+    """A graph constant (a lifted tensor attribute) as a JAX value."""
+    if isinstance(value, torch.Tensor):
+        return jnp.asarray(dtypes.numpy_view(value.detach().cpu().contiguous()))
+    return value
+
+
+def _layout(value, val: torch.Tensor):
+    """`value` as the flat storage of a tensor with `val`'s exact strides (AOTAutograd
+    relies on graph outputs having the strides it traced)."""
+    shape, stride = tuple(val.shape), tuple(val.stride())
+    if executor._dense_stride(shape, stride) == stride:
+        return executor._to_layout(value, shape, stride)
+    numel = 1
+    for n in shape:
+        numel *= n
+    length = 0 if numel == 0 else 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    return views.write(jnp.zeros((length,), value.dtype), length, value.dtype, shape, stride, 0, value)
 
 
 def _cast(result, specs):

@@ -118,7 +118,14 @@ def index(self, indices):
     together, NumPy placement rules for non-adjacent indices; negative indices wrap;
     out-of-range raises IndexError. Boolean masks are turned into integer indices by
     the host kernel below before this runs."""
-    return self[_index_key(self, indices)]
+    key = _index_key(self, indices)
+    if _indexes_empty_dim(self, indices):  # every index is out of range: the check fails
+        return jnp.zeros(context().out().shape, self.dtype)
+    return self[key]
+
+
+def _indexes_empty_dim(self, indices) -> bool:
+    return any(i is not None and self.shape[d] == 0 for d, i in enumerate(indices))
 
 
 def _expand_masks(self, indices):
@@ -248,6 +255,8 @@ def index_put_value(self, indices, values, accumulate=False):
     if single is not None:
         return _mask_put(self, single[0], single[1], values, accumulate)
     key = _index_key(self, indices)
+    if _indexes_empty_dim(self, indices):  # nothing to write, or out of range (checked)
+        return self
     result_shape = jnp.zeros(self.shape, jnp.bool_)[key].shape  # evaluated at trace time
     try:
         np.broadcast_shapes(values.shape, result_shape)
@@ -326,6 +335,8 @@ def gather(self, dim, index, sparse_grad=False):
     idx = index.reshape(1) if index.ndim == 0 else index
     d = dim % x.ndim
     idx = checked(idx, x.shape[d], RuntimeError, _oob(d, x.shape[d]))
+    if x.shape[d] == 0:  # every index is out of range: the check fails
+        return jnp.zeros(index.shape, self.dtype)
     return _reshape_like(x[_along(idx, d)], squeeze or index.ndim == 0)
 
 
@@ -363,16 +374,10 @@ def scatter_add(self, dim, index, src):
     return _scatter(self, dim, index, src, "add")
 
 
-@lowering(aten.scatter_reduce.two)
-def scatter_reduce(self, dim, index, src, reduce, include_self=True):
-    """`aten::scatter_reduce.two`: reduce "sum", "prod", "mean", "amax" or "amin" of
-    the values scattered to each position (and of `self` if `include_self`).
-    Positions nothing is scattered to keep `self`. Integer "mean" floors, as on CPU."""
-    if reduce == "mean" and self.dtype == jnp.bool_:
-        raise not_implemented("scatter_gather_tensor_cpu_reduce_mean", self.dtype)
-    if index.size == 0:
-        return self
-    x, coords, s, squeeze = _scatter_setup(self, dim, index, src)
+def _reduce_into(x, coords, s, reduce, include_self):
+    """`x` with the values `s` reduced into the positions `coords` ("sum", "prod",
+    "mean", "amax", "amin"), also over `x`'s own value when `include_self`. Positions
+    nothing lands on keep `x`; NaN propagates through amax/amin; integer means floor."""
     dt = x.dtype
     s = s.astype(dt)
     hit = jnp.zeros(x.shape, jnp.bool_).at[coords].set(True)
@@ -387,22 +392,41 @@ def scatter_reduce(self, dim, index, src, reduce, include_self=True):
             else:
                 r = jnp.floor_divide(r, n.astype(dt))
             r = jnp.where(hit, r, x)
-    elif reduce == "prod":
+        return r
+    if reduce == "prod":
         base = x if include_self else jnp.where(hit, jnp.ones((), dt), x)
-        r = base.at[coords].mul(s)
+        return base.at[coords].mul(s)
+    largest = reduce == "amax"
+    if include_self:
+        base = x
     else:
-        largest = reduce == "amax"
-        if include_self:
-            base = x
+        if is_float(dt):
+            fill = -jnp.inf if largest else jnp.inf
+        elif dt == jnp.bool_:
+            fill = not largest
         else:
-            fill = (jnp.finfo(dt).min if largest else jnp.finfo(dt).max) if is_float(dt) else \
-                (jnp.iinfo(dt).min if largest else jnp.iinfo(dt).max) if dt != jnp.bool_ else (not largest)
-            base = jnp.where(hit, jnp.asarray(fill, dt), x)
-        r = base.at[coords].max(s) if largest else base.at[coords].min(s)
-        if is_float(dt):  # XLA's scatter-max drops NaN; ATen's propagates it
-            nan = jnp.zeros(x.shape, jnp.bool_).at[coords].max(jnp.isnan(s))
-            r = jnp.where(nan, jnp.asarray(jnp.nan, dt), r)
-    return _reshape_like(r, squeeze)
+            fill = jnp.iinfo(dt).min if largest else jnp.iinfo(dt).max
+        base = jnp.where(hit, jnp.asarray(fill, dt), x)
+    r = base.at[coords].max(s) if largest else base.at[coords].min(s)
+    if is_float(dt):  # XLA's scatter-max may drop NaN; ATen's propagates it
+        nan = jnp.zeros(x.shape, jnp.bool_).at[coords].max(jnp.isnan(s))
+        if include_self:
+            nan = nan | jnp.isnan(x)
+        r = jnp.where(nan, jnp.asarray(jnp.nan, dt), r)
+    return r
+
+
+@lowering(aten.scatter_reduce.two)
+def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    """`aten::scatter_reduce.two`: reduce "sum", "prod", "mean", "amax" or "amin" of
+    the values scattered to each position (and of `self` if `include_self`).
+    Positions nothing is scattered to keep `self`. Integer "mean" floors, as on CPU."""
+    if reduce == "mean" and self.dtype == jnp.bool_:
+        raise not_implemented("scatter_gather_tensor_cpu_reduce_mean", self.dtype)
+    if index.size == 0:
+        return self
+    x, coords, s, squeeze = _scatter_setup(self, dim, index, src)
+    return _reshape_like(_reduce_into(x, coords, s, reduce, include_self), squeeze)
 
 
 # ------------------------------------------------------------------ index_* along a dim
@@ -418,7 +442,11 @@ def index_select(self, dim, index):
         idx = checked(index.reshape(-1), 1, IndexError, "index out of range in self")
         return jnp.broadcast_to(self, context().out().shape)
     d = dim % self.ndim
+    if self.shape[d] == 0 and index.size > 0:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     idx = checked(index.reshape(-1), self.shape[d], IndexError, "index out of range in self")
+    if index.size == 0:
+        return jnp.zeros(context().out().shape, self.dtype)
     return jnp.take(self, idx, axis=d)
 
 
@@ -437,6 +465,23 @@ def index_add(self, dim, index, source, alpha=1):
     else:
         r = x.at[_dim_key(x.ndim, d, idx)].add(src.astype(x.dtype))
     return r.reshape(self.shape)
+
+
+@lowering(aten.index_reduce.default)
+def index_reduce(self, dim, index, source, reduce, include_self=True):
+    """`aten::index_reduce`: ``self[..., index[i], ...]`` reduced ("prod", "mean",
+    "amax", "amin") with ``source[..., i, ...]`` along `dim`, as `scatter_reduce`;
+    IndexError "index out of range in self" outside [0, size)."""
+    x = self.reshape(1) if self.ndim == 0 else self
+    d = dim % x.ndim
+    idx = checked(index.reshape(-1), x.shape[d], IndexError, "index out of range in self")
+    src = source.reshape(x.shape[:d] + (idx.shape[0],) + x.shape[d + 1:])
+    if idx.size == 0:
+        return self
+    shape = [1] * x.ndim
+    shape[d] = idx.shape[0]
+    full = jnp.broadcast_to(idx.reshape(shape), src.shape)
+    return _reduce_into(x, _along(full, d), src, reduce, include_self).reshape(self.shape)
 
 
 @lowering(aten.index_copy.default)
@@ -477,6 +522,11 @@ def put(self, index, source, accumulate=False):
     """`aten::put` (and `put_`): flattened ``self[index] = source`` (or `+=`);
     negative indices wrap; IndexError outside [-numel, numel)."""
     n = self.size
+    if n == 0 and index.size > 0:
+        raise IndexError("put_(): Tried to put elements into an empty tensor")
+    if index.size != source.size:
+        raise IndexError("put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {source.size}, index.numel() = {index.size}")
     idx = checked(index.reshape(-1), n, IndexError,
                   f"out of range: tried to access an index on a tensor of {n} elements.", negative=True)
     if idx.size == 0:
@@ -544,9 +594,8 @@ def _bisect(seq, values, right: bool):
 
 
 def _searchsorted(sorted_sequence, values, right, side, sorter):
-    for t in (sorted_sequence, values):
-        if jnp.asarray(t).dtype == jnp.bool_:
-            raise not_implemented("searchsorted_out_cpu", jnp.bool_)
+    if jnp.asarray(values).dtype == jnp.bool_ and jnp.size(values) > 0:
+        raise not_implemented("searchsorted_out_cpu", jnp.bool_)
     right = bool(right) or side == "right"
     seq = sorted_sequence
     if sorter is not None:

@@ -79,10 +79,20 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
 
 @lowering(aten.addbmm.default)
 def addbmm(self, batch1, batch2, beta=1, alpha=1):
-    """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p)."""
+    """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p),
+    accumulated batch by batch like CPU."""
     _reject_bool(batch1.dtype, "addmm_impl_cpu_")
-    # Contracting over the batch dim too sums the per-batch products in one dot.
-    return _scaled_sum(self, _dot(batch1, batch2, ((0, 2), (0, 1))), beta, alpha)
+    out = context().out_dtype()
+    products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
+    if products.shape[0] == 0:
+        return _scaled_sum(self, jnp.zeros(products.shape[1:], products.dtype), beta, 0)
+    # CPU runs one addmm per batch, rounding the running result each time.
+    first = _scaled_sum(self, products[0], beta, alpha)
+
+    def step(acc, p):
+        return (acc.astype(p.dtype) + p * jnp.asarray(alpha, p.dtype)).astype(out), None
+
+    return lax.scan(step, first, products[1:])[0]
 
 
 @lowering(aten.mv.default)
@@ -94,9 +104,17 @@ def mv(self, vec):
 
 @lowering(aten.addmv.default)
 def addmv(self, mat, vec, beta=1, alpha=1):
-    """aten::addmv: beta * self + alpha * (mat @ vec)."""
+    """aten::addmv: beta * self + alpha * (mat @ vec). For half types CPU's gemv rounds
+    beta * self and alpha to the dtype before the float32 sum; so does this."""
     _reject_bool(mat.dtype, "addmv_impl_cpu")
-    return _scaled_sum(self, _dot(mat, vec, ((1,), (0,))), beta, alpha)
+    out = context().out_dtype()
+    product = _dot(mat, vec, ((1,), (0,)))
+    if out not in (jnp.bfloat16, jnp.float16):
+        return _scaled_sum(self, product, beta, alpha)
+    product = product * jnp.asarray(alpha, out).astype(product.dtype)
+    if isinstance(beta, (int, float)) and beta == 0:
+        return product.astype(out)
+    return ((jnp.asarray(beta, out) * self.astype(out)).astype(product.dtype) + product).astype(out)
 
 
 @lowering(aten.dot.default)

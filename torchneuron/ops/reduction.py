@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch._prims_common import canonicalize_dim
 
 from ._common import acc_type, is_float
 from .indexing import not_implemented
@@ -130,16 +131,29 @@ def amin(self, dim=(), keepdim=False):
     return _shaped(_extreme(self, _axes(dim, self.ndim), False))
 
 
+def _nonempty(self, name):
+    if self.size == 0:
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                           "reduction dim with the 'dim' argument.")
+
+
+def _nonempty_dim(self, axis, name):
+    if self.shape[axis] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {axis} to have non-zero size.")
+
+
 @lowering(aten.max.default)
 def max_(self):
-    """`aten::max` (no dim): the maximum element, NaN if any; RuntimeError (meta
-    kernel) on an empty tensor."""
+    """`aten::max` (no dim): the maximum element, NaN if any; RuntimeError on an
+    empty tensor."""
+    _nonempty(self, "max")
     return _shaped(_extreme(self, _axes(None, self.ndim), True))
 
 
 @lowering(aten.min.default)
 def min_(self):
     """`aten::min` (no dim): the minimum element, NaN if any."""
+    _nonempty(self, "min")
     return _shaped(_extreme(self, _axes(None, self.ndim), False))
 
 
@@ -183,6 +197,7 @@ def _extreme_dim(self, dim, largest):
     if self.ndim == 0:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
     axis = dim % self.ndim
+    _nonempty_dim(self, axis, "max" if largest else "min")
     idx = _arg_extreme(self, axis, largest)
     values = jnp.take_along_axis(self, jnp.expand_dims(idx, axis), axis=axis)
     return _shaped(values, 0), _shaped(idx, 1)
@@ -471,6 +486,7 @@ def _median_dim(self, dim, ignore_nan):
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    _nonempty_dim(self, axis, "median")
     if self.size == 0:
         return _shaped(jnp.zeros(context().out(0).shape), 0), _shaped(jnp.zeros(context().out(1).shape), 1)
     v, i = _median(self, axis, ignore_nan)
@@ -490,12 +506,17 @@ def nanmedian_dim(self, dim, keepdim=False):
     return _median_dim(self, dim, True)
 
 
+def _logcumsumexp_meta(self, dim):
+    canonicalize_dim(self.dim(), dim)  # IndexError for a bad dim, as on CPU
+    return torch.empty_like(self)
+
+
 def _register_meta():
     """Meta kernels PyTorch lacks for two CPU-only helpers, so the executor (and fake
     tensors) get their shapes: `_logcumsumexp` keeps its input's, `_cummax_helper`
     and `_cummin_helper` write into preallocated outputs."""
     lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_logcumsumexp", lambda self, dim: torch.empty_like(self), "Meta")
+    lib.impl("_logcumsumexp", _logcumsumexp_meta, "Meta")
     lib.impl("_cummax_helper", lambda self, values, indices, dim: None, "Meta")
     lib.impl("_cummin_helper", lambda self, values, indices, dim: None, "Meta")
     return lib

@@ -29,6 +29,9 @@ def cat(tensors, dim=0):
     """`aten::cat` (and `cat.out`; behind `stack`, `hstack`, ...): concatenation along
     `dim` in the promoted dtype PyTorch computed. 1-d empty tensors are skipped, a
     legacy rule ATen keeps."""
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
     out = context().out()
     parts = [t.astype(out.dtype) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
     if not parts or 0 in out.shape:
@@ -147,8 +150,15 @@ def repeat_interleave_host(repeats, output_size=None):
 
 
 # ------------------------------------------------------------------ unique
-def _empty_long(device):
-    return torch.empty(0, dtype=torch.long, device=device)
+def _empty_long(device, shape=(0,)):
+    return torch.empty(shape, dtype=torch.long, device=device)
+
+
+def _unique_of_empty(self, return_inverse):
+    """`unique` of a tensor without elements: empty values and counts; the inverse
+    has self's shape when requested, as on CPU."""
+    inverse = _empty_long(self.device, self.shape if return_inverse else (0,))
+    return self.reshape(-1).clone(), inverse, _empty_long(self.device)
 
 
 def _groups(rows, order, return_inverse, return_counts, inverse_shape):
@@ -190,7 +200,7 @@ def unique2(self, sorted=True, return_inverse=False, return_counts=False):
     all distinct and sort last. Synchronizes once for the number of groups."""
     flat = self.reshape(-1)
     if flat.numel() == 0:
-        return flat.clone(), _empty_long(self.device), _empty_long(self.device)
+        return _unique_of_empty(self, return_inverse)
     _, order = torch.sort(flat, stable=True)
     return _unique_flat(flat, order, return_inverse, return_counts, self.shape)
 
@@ -214,17 +224,19 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     if dim is None:
         flat = self.reshape(-1)
         if flat.numel() == 0:
-            return flat.clone(), _empty_long(self.device), _empty_long(self.device)
+            return _unique_of_empty(self, return_inverse)
         return _unique_flat(flat, None, return_inverse, return_counts, self.shape)
     return _unique_dim(self, dim, False, return_inverse, return_counts)
 
 
 def _unique_dim(self, dim, sort, return_inverse, return_counts):
     d = dim % max(self.dim(), 1)
+    if any(n == 0 for i, n in enumerate(self.shape) if i != d):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    if self.numel() == 0:
+        return self.clone(), _empty_long(self.device), _empty_long(self.device)
     moved = self.movedim(d, 0)
     rows = moved.reshape(moved.shape[0], -1)
-    if rows.shape[0] == 0 or rows.shape[1] == 0:
-        return self.clone(), _empty_long(self.device), _empty_long(self.device)
     order = _lexsort(rows) if sort else None
     values, inverse, counts = _groups(rows, order, return_inverse, return_counts, (rows.shape[0],))
     values = values.reshape((-1,) + tuple(moved.shape[1:])).movedim(0, d)

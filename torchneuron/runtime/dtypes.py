@@ -44,12 +44,21 @@ def to_torch(dtype) -> torch.dtype:
 
 
 def numpy_view(t: torch.Tensor) -> np.ndarray:
-    """A NumPy array sharing a contiguous CPU tensor's memory (bf16 and fp8 included)."""
+    """The values of a CPU tensor (not requiring grad) as a NumPy array of its shape and
+    strides, sharing its memory unless it is 0-dim (bf16 and fp8 included).
+
+    Not Tensor.numpy(): that marks the tensor's storage non-resizable for good, so a
+    user's tensor could no longer be resized after being copied to `neuron`. DLPack
+    shares memory without that side effect; a 0-dim tensor is read as a number, which
+    is cheaper (they are scalar arguments on the eager hot path).
+    """
+    if t.dim() == 0:
+        return np.asarray(t.item(), dtype=TORCH_TO_JAX[t.dtype])
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return np.from_dlpack(t.view(torch.int16)).view(ml_dtypes.bfloat16)
     if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        return t.view(torch.uint8).numpy().view(TORCH_TO_JAX[t.dtype])
-    return t.numpy()
+        return np.from_dlpack(t.view(torch.uint8)).view(TORCH_TO_JAX[t.dtype])
+    return np.from_dlpack(t)
 
 
 def from_numpy(a: np.ndarray) -> torch.Tensor:

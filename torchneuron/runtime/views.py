@@ -121,7 +121,9 @@ def read(flat, dtype, shape: Shape, stride: Shape, offset: int):
     if is_contiguous(shape, stride):
         if offset == 0 and numel == flat.shape[0]:
             return flat.reshape(shape)
-        return lax.slice(flat, (offset,), (offset + numel,)).reshape(shape)
+        # Padded: a tensor may outgrow its storage (storage.resize_ to fewer bytes),
+        # reading past the end is undefined in PyTorch and reads zeros here.
+        return _padded_range(flat, offset, numel).reshape(shape)
     plan = _box(shape, stride, offset)
     if plan is None:
         return flat[_gather_index(shape, stride, offset)]

@@ -1,0 +1,291 @@
+import warnings
+
+import pytest
+import torch
+
+from helpers import check, check_like_cpu, no_fallback, to_neuron
+
+ALL = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32,
+       torch.int64, torch.uint8, torch.bool]
+T = torch.tensor
+
+
+def _make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(0, 20, shape, generator=g).to(dtype)
+
+
+def _put(t, key, value):
+    t = t.clone()
+    t[key] = value
+    return t
+
+
+# (fn, index arguments): indices are passed as arguments so they move to the device.
+SWEEP = {
+    "index": (lambda t, i: t[i], T([2, -1, 0, 2])),
+    "index_put": (lambda t, i: _put(t, i, t[0]), T([1, -3])),
+    "index_select": (lambda t, i: t.index_select(1, i), T([3, 0, 3])),
+    "gather": (lambda t, i: t.gather(1, i), T([[0, 3], [2, 2], [1, 0]])),
+    "scatter": (lambda t, i: t.scatter(0, i, t[:1].flip(1)), T([[2, 0, 1, 1]])),
+    "masked_fill": (lambda t, m: t.masked_fill(m, 1), T([True, False, True, False])),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_dtype_sweep(name, dtype):
+    fn, index = SWEEP[name]
+    check(fn, _make((3, 4), dtype), index)
+
+
+def test_index_integer_tensors():
+    x = _make((4, 5, 6), torch.float32)
+    check(lambda t, i: t[i], x, T([[0, -1], [3, 2]]))  # negative indices, 2-d index
+    check(lambda t, i, j: t[i, j], x, T([0, 3, 1]), T([4]))  # broadcasting
+    check(lambda t, i: t[:, i], x, T([1, 1, -5]))
+    check(lambda t, i, j: t[i, :, j], x, T([[0], [2]]), T([1, 5, 0]))  # non-adjacent: dims go first
+    check(lambda t, i: t[..., i], x, T([5, 0], dtype=torch.int32))
+    check(lambda t, i: t[i], x, T([], dtype=torch.long))
+
+
+def test_index_accepts_cpu_indices_like_cuda():
+    x = _make((4, 3), torch.float32)
+    with no_fallback():
+        out = to_neuron(x)[T([3, 0])]
+    assert torch.equal(out.cpu(), x[T([3, 0])])
+
+
+def test_index_boolean_masks():
+    x = _make((4, 5), torch.float32)
+    check(lambda t: t[t > 0], x)
+    check(lambda t, m: t[m], x, T([True, False, True, True]))
+    check(lambda t, m: t[:, m], x, T([False, True, True, False, True]))
+    check(lambda t, m, i: t[m, i], x, T([True, False, True, False]), T([4, 0]))
+    check(lambda t, m: t[m], x, T(True))
+    check(lambda t, m: t[m], x, T(False))
+    check(lambda t: t[t > 100], x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(lambda t, m: t[m], x, T([1, 0, 0, 1], dtype=torch.uint8))
+
+
+def test_index_put():
+    x = _make((4, 5), torch.float32)
+    check(lambda t, i: _put(t, i, 7.0), x, T([0, -1, 2]))
+    check(lambda t, i, j, v: _put(t, (i, j), v), x, T([0, 3]), T([1, 1]), T([5.0, 6.0]))
+    check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=True), x, T([1, 1, 3, 1]), torch.ones(4, 5))
+    check(lambda t, i, v: torch.ops.aten.index_put_(t.clone(), [None, i], v, True), x, T([0, 0]), torch.ones(4, 2))
+    check(lambda t, i, v: torch.index_put(t, (i,), v), x, T([2]), torch.arange(5.0))
+    check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=True), _make((6,), torch.bool), T([0, 0, 5]),
+          T([True, False, True]))
+
+
+def test_index_put_boolean_masks():
+    x = _make((4, 5), torch.float32)
+    check(lambda t: _put(t, t > 0, 0.0), x)
+    check(lambda t, v: _put(t, t > 0, v), x, torch.arange(float((x > 0).sum())))
+    check(lambda t, m, v: _put(t, m, v), x, T([True, False, True, False]), torch.ones(2, 5))
+    check(lambda t, m, v: _put(t, m, v), x, T([True, False, True, False]), torch.arange(5.0))
+    check(lambda t, m: _put(t, (slice(None), m), -1.0), x, T([True, False, True, False, False]))
+    check(lambda t, m, i: _put(t, (m, i), 5.0), x, T([True, False, True, False]), T([1, 3]))  # via nonzero
+    check(lambda t, m: _put(t, m, 3.0), x, T(True))
+    check(lambda t: t.clone().index_put_((t > 0,), T(1.0), accumulate=True), x)
+
+
+def test_index_put_errors_like_cpu():
+    x = _make((4, 5), torch.float32)
+    check_like_cpu(lambda t, i, v: t.clone().index_put_((i,), v), x, T([0, 1]), torch.ones(3))  # shape
+    check_like_cpu(lambda t, i, v: t.clone().index_put_((i,), v), x, T([0, 1]), torch.ones(5, dtype=torch.float64))
+    check_like_cpu(lambda t, v: _put(t, t > 0, v), x, torch.ones(100))  # too many values for the mask
+    check_like_cpu(lambda t, m: t[m], x, T([True, False, True]))  # mask shape mismatch
+
+
+# Out-of-range indices raise CPU's exception type, at the latest at the next sync point.
+OUT_OF_RANGE = {
+    "index": (IndexError, lambda t, i: t[i], T([0, 4])),
+    "index_negative": (IndexError, lambda t, i: t[i], T([-5])),
+    "index_put": (IndexError, lambda t, i: _put(t, i, 1.0), T([9])),
+    "index_put_accumulate": (IndexError, lambda t, i: t.index_put_((i,), T(1.0), accumulate=True), T([-9])),
+    "index_select": (IndexError, lambda t, i: torch.index_select(t, 0, i), T([4])),
+    "index_select_negative": (IndexError, lambda t, i: torch.index_select(t, 0, i), T([-1])),
+    "embedding": (IndexError, lambda t, i: torch.nn.functional.embedding(i, t), T([[1, 4]])),
+    "gather": (RuntimeError, lambda t, i: t.gather(1, i), T([[5]])),
+    "gather_negative": (RuntimeError, lambda t, i: t.gather(1, i), T([[-1]])),
+    "scatter": (RuntimeError, lambda t, i: t.scatter(0, i, 1.0), T([[4]])),
+    "scatter_add": (RuntimeError, lambda t, i: t.scatter_add(0, i, t), T([[-1]])),
+    "scatter_reduce": (RuntimeError, lambda t, i: t.scatter_reduce(0, i, t, "amax"), T([[4]])),
+    "index_add": (RuntimeError, lambda t, i: t.index_add(0, i, t[:1]), T([4])),
+    "index_copy": (IndexError, lambda t, i: t.index_copy(0, i, t[:1]), T([4])),
+    "index_fill": (IndexError, lambda t, i: t.index_fill(1, i, 0.0), T([5])),
+    "index_reduce": (IndexError, lambda t, i: t.index_reduce(0, i, t[:1], "prod"), T([4])),
+    "take": (IndexError, lambda t, i: t.take(i), T([20])),
+    "put": (IndexError, lambda t, i: t.put(i, torch.ones(1, device=t.device)), T([-21])),
+    "masked_scatter": (RuntimeError, lambda t, s: t.masked_scatter(t > -100, s), torch.ones(3)),
+    "searchsorted_sorter": (RuntimeError, lambda t, o: torch.searchsorted(t[0], t[1], sorter=o), T([0, 9, 1, 2, 3])),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_OF_RANGE))
+def test_out_of_range_raises_like_cpu(name):
+    exc, fn, index = OUT_OF_RANGE[name]
+    x = _make((4, 5), torch.float32)
+    with pytest.raises(exc):
+        fn(x.clone(), index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # index_reduce is "in beta"
+        with no_fallback():
+            out = fn(to_neuron(x), to_neuron(index))  # asynchronous: the error comes at the sync
+        with pytest.raises(exc):
+            out.cpu()
+    # The failed check is consumed: the next op and sync work.
+    assert torch.equal(to_neuron(x).sum().cpu(), x.sum())
+
+
+def test_error_surfaces_at_synchronize():
+    t = to_neuron(_make((4, 5), torch.float32))
+    out = torch.index_select(t, 0, T([7]).to("neuron"))
+    with pytest.raises(IndexError):
+        torch.neuron.synchronize()
+    del out
+
+
+def test_gather_scatter():
+    x = _make((3, 4), torch.float32)
+    i = T([[0, 2, 1, 0], [2, 2, 0, 1]])
+    check(lambda t, i: t.gather(0, i), x, i)
+    check(lambda t, i: t.gather(1, i[:, :2]), x, i)
+    check(lambda t, i: t.scatter(1, i[:, :1], 9.0), x, i)
+    check(lambda t, i, s: t.scatter_add(0, i, s), x, i, torch.ones(2, 4))
+    check(lambda t, i, s: t.scatter(0, i, s, reduce="multiply"), x, i, torch.full((2, 4), 2.0))
+    check(lambda t, i, s: t.scatter(0, i, s, reduce="add"), x, i, torch.full((2, 4), 2.0))
+    check(lambda t, i: t.gather(0, i), T(3.0), T(0))
+    check(lambda t, i: t.gather(0, i), x, torch.empty(0, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_and_index_reduce(reduce, include_self):
+    x = _make((4, 3), torch.float32)
+    x[0, 0] = float("nan")
+    src = _make((3, 3), torch.float32, seed=1)
+    check(lambda t, i, s: t.scatter_reduce(0, i, s, reduce, include_self=include_self), x,
+          T([[0, 2, 0], [0, 3, 1], [2, 2, 2]]), src)
+    xi = torch.arange(12).reshape(4, 3)
+    check(lambda t, i, s: t.scatter_reduce(0, i, s, reduce, include_self=include_self), xi,
+          T([[0, 2, 0], [0, 3, 1]]), torch.arange(6).reshape(2, 3) - 2)
+    if reduce != "sum":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check(lambda t, i, s: t.index_reduce(0, i, s, reduce, include_self=include_self), x, T([0, 3, 0]), src)
+
+
+def test_index_add_copy_fill():
+    x = _make((4, 5), torch.float32)
+    check(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, T([1, 1, 3]), torch.ones(3, 5))
+    check(lambda t, i, s: t.index_add(1, i, s), x.int(), T([4, 4]), torch.ones(4, 2, dtype=torch.int32))
+    check(lambda t, i, s: t.index_copy(1, i, s), x, T([4, 0]), torch.ones(4, 2))
+    check(lambda t, i: t.index_fill(1, i, -2.0), x, T([-1, 0]))
+    check(lambda t, i, v: t.index_fill(0, i, v), x, T([2]), T(5.0))
+    check(lambda t, i, s: t.clone().index_add_(0, i, s), x.t(), T([0, 4]), torch.ones(2, 4))
+
+
+def test_take_put():
+    x = _make((4, 5), torch.float32)
+    check(lambda t, i: t.take(i), x, T([[0, -1], [7, 19]]))
+    check(lambda t, i, s: t.put(i, s), x, T([0, -1, 7]), T([1.0, 2.0, 3.0]))
+    check(lambda t, i, s: t.put(i, s, accumulate=True), x, T([0, 0, 7]), T([1.0, 2.0, 3.0]))
+    check(lambda t, i: t.t().take(i), x, T([1, 2, 3]))
+
+
+def test_masked_ops():
+    x = _make((4, 5), torch.float32)
+    check(lambda t: t.masked_fill(t > 0, float("-inf")), x)
+    check(lambda t, m, v: t.masked_fill(m, v), x, T([True, False, True, False, True]), T(3.0))
+    check(lambda t: t.clone().masked_fill_(t < 0, 2), x.t())
+    check(lambda t, m: t.masked_fill(m, 2.7), x.long(), T([True, False, True, False, True]))
+    check(lambda t, s: t.masked_scatter(t > 0, s), x, torch.arange(20.0))
+    check(lambda t, m, s: t.masked_scatter(m, s), x, T([True, False, False, False, True]), torch.arange(9.0))
+    check(lambda t: t.masked_select(t > 0), x)
+    check(lambda t, m: t.masked_select(m), x, T([True, False, True, False, True]))
+    check(lambda t: t.masked_select(t > 100), x)
+    check_like_cpu(lambda t, m: t.masked_select(m), x, (x > 0).to(torch.uint8))
+    check_like_cpu(lambda t, m: t.masked_fill(m, 1.0), x, (x > 0).to(torch.uint8))
+
+
+def test_nonzero():
+    x = _make((3, 4), torch.int64) % 3
+    check(torch.nonzero, x)
+    check(lambda t: torch.nonzero(t, as_tuple=True), x)
+    check(torch.argwhere, x > 0)
+    check(torch.nonzero, torch.zeros(2, 3))
+    check(torch.nonzero, T(3.0))
+    check(torch.nonzero, torch.zeros(0, 3))
+    check(lambda t: torch.nonzero_static(t, size=6, fill_value=-7), x)
+    check(lambda t: torch.nonzero_static(t, size=2), x)
+
+
+def test_searchsorted_and_bucketize():
+    seq = T([1.0, 2.0, 2.0, 3.0])
+    check(lambda s, v: torch.searchsorted(s, v), seq, T([[0.5, 2.0], [2.5, 9.0]]))
+    check(lambda s, v: torch.searchsorted(s, v, right=True), seq, T([2.0, 0.0, 5.0, float("nan")]))
+    check(lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True), seq, T([2.0, 3.0]))
+    check(lambda s, v: torch.searchsorted(torch.sort(s, 1)[0], v), _make((3, 6), torch.float32),
+          _make((3, 2), torch.float32, seed=2))
+    check(lambda s, v, o: torch.searchsorted(s, v, sorter=o), T([2.0, 0.0, 1.0]), T([0.5, 2.5]), T([1, 2, 0]))
+    check(lambda s: torch.searchsorted(s, 1.5), seq)
+    check(lambda s, v: torch.searchsorted(s, v), torch.arange(7), T([3, -1, 10]))
+    check(lambda v, b: torch.bucketize(v, b), _make((3, 4), torch.float32), T([-1.0, 0.0, 1.0]))
+    check(lambda v, b: torch.bucketize(v, b, right=True, out_int32=True), T([-1.0, 0.0, 0.5]), T([-1.0, 0.0, 1.0]))
+
+
+def test_embedding_and_its_backward():
+    w = _make((6, 3), torch.float32)
+    check(lambda w, i: torch.nn.functional.embedding(i, w), w, T([[0, 2], [5, 5]]))
+    for kwargs in ({}, {"padding_idx": 2}, {"scale_grad_by_freq": True}):
+        wc = w.clone().requires_grad_(True)
+        wn = to_neuron(w).requires_grad_(True)
+        idx = T([[0, 2, 2], [5, 2, 0]])
+        g = _make((2, 3, 3), torch.float32, seed=4)
+        torch.nn.functional.embedding(idx, wc, **kwargs).backward(g)
+        with no_fallback():
+            torch.nn.functional.embedding(to_neuron(idx), wn, **kwargs).backward(to_neuron(g))
+        torch.testing.assert_close(wn.grad.cpu(), wc.grad)
+
+
+GRAD_OPS = {
+    "index": lambda t: (t[T([0, 2, 2]).to(t.device)] ** 2).sum(),
+    "index_mask": lambda t: t[t > 0].sum(),
+    "index_select": lambda t: t.index_select(1, T([1, 1, 3]).to(t.device)).sum(),
+    "gather": lambda t: (t.gather(1, T([[0, 0], [2, 1], [3, 3]]).to(t.device)) ** 2).sum(),
+    "scatter": lambda t: (t.scatter(1, T([[0], [2], [3]]).to(t.device), 0.0) * t).sum(),
+    "masked_fill": lambda t: (t.masked_fill(t > 0, 1.0) * t).sum(),
+    "take": lambda t: t.take(T([1, 1, 5]).to(t.device)).sum(),
+    "index_put": lambda t: torch.index_put(t * 2, (T([1]).to(t.device),), T(0.0).to(t.device)).sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_OPS))
+def test_gradients(name):
+    x = _make((3, 4), torch.float32, seed=5)
+    xc = x.clone().requires_grad_(True)
+    GRAD_OPS[name](xc).backward()
+    xn = to_neuron(x).requires_grad_(True)
+    with no_fallback():
+        GRAD_OPS[name](xn).backward()
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad)
+
+
+def test_noncontiguous_and_empty():
+    x = _make((6, 8), torch.float32)
+    check(lambda t, i: t[::2, 1::2].t()[i], x, T([3, 0]))
+    check(lambda t, i: t.t().gather(0, i), x, T([[0, 5], [1, 1]]))
+    check(lambda t, i, v: _put(t.t(), i, v), x, T([7, 0]), torch.ones(6))
+    check(lambda t, i: t[i], torch.empty(0, 3), T([], dtype=torch.long))
+    check(lambda t, i: t.index_select(0, i), x, T([], dtype=torch.long))
+    check(lambda t: t.masked_fill(t > 0, 1.0), torch.empty(0, 3))
+    check_like_cpu(lambda t, i: t[i], torch.empty(0, 3), T([0]))

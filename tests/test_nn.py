@@ -1,0 +1,337 @@
+"""Neural-network ops on `neuron` against CPU PyTorch: forward, backward, errors, and
+short training runs of an MLP and a CNN."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import check, no_fallback, to_neuron
+from torchneuron.eager import install
+
+HALF = [torch.bfloat16, torch.float16]
+HALF_TOL = dict(atol=2e-2, rtol=2e-2)
+F32_TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def grads(fn, diff=(0,)):
+    """fn(*args) -> (output, grads of args[i] for i in diff) of the loss sum(out^2)/2."""
+    def run(*args):
+        args = [a.detach().requires_grad_() if i in diff else a for i, a in enumerate(args)]
+        out = fn(*args)
+        first = out[0] if isinstance(out, tuple) else out
+        (first.float() ** 2).sum().div(2).backward()
+        return out, [args[i].grad for i in diff]
+
+    return run
+
+
+def raises_like_cpu(fn, *args):
+    """fn raises the same exception type and message on CPU and on neuron (at sync)."""
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    with pytest.raises(Exception) as neuron:
+        fn(*to_neuron(args))
+        torch.neuron.synchronize()
+    assert type(neuron.value) is type(cpu.value), (neuron.value, cpu.value)
+    assert str(neuron.value) == str(cpu.value)
+
+
+# ------------------------------------------------------------------ softmax
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64] + HALF)
+def test_softmax(dtype):
+    tol = HALF_TOL if dtype in HALF else {}
+    x = torch.randn(3, 5, dtype=dtype)
+    check(grads(lambda t: F.softmax(t, 1)), x, **tol)
+    check(grads(lambda t: F.log_softmax(t, 0)), x, **tol)
+    check(grads(lambda t: F.log_softmax(t.t(), -1)), x, **tol)
+
+
+def test_softmax_edge_cases():
+    check(lambda t: (F.softmax(t, 0), F.log_softmax(t, 0)), torch.tensor(2.0))
+    check(lambda t: F.softmax(t, 1), torch.randn(0, 4))
+    inf = torch.tensor([[float("-inf")] * 3, [0.0, float("-inf"), 1.0]])
+    check(lambda t: (F.softmax(t, 1), F.log_softmax(t, 1)), inf)
+    check(lambda t: F.softmax(t, 1, dtype=torch.float64), torch.randn(2, 3))
+    raises_like_cpu(lambda t: F.softmax(t, 0), torch.arange(3))
+
+
+# ------------------------------------------------------------------ losses
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy(reduction):
+    x, t, w = torch.randn(4, 5), torch.tensor([0, 4, 2, 2]), torch.rand(5)
+    check(grads(lambda a, c: F.cross_entropy(a, c, reduction=reduction)), x, t, **F32_TOL)
+    check(grads(lambda a, c, d: F.cross_entropy(a, c, weight=d, ignore_index=2, reduction=reduction)), x, t, w,
+          **F32_TOL)
+    check(grads(lambda a, c: F.nll_loss(a.log_softmax(1), c[:, None, None].expand(4, 2, 3), reduction=reduction)),
+          torch.randn(4, 5, 2, 3), t, **F32_TOL)
+    check(grads(lambda a, c: F.cross_entropy(a, c[0], reduction=reduction)), x[0], t, **F32_TOL)
+
+
+def test_cross_entropy_half_and_all_ignored():
+    x, t = torch.randn(3, 4, dtype=torch.bfloat16), torch.tensor([1, 2, 3])
+    check(grads(lambda a, c: F.cross_entropy(a, c)), x, t, **HALF_TOL)
+    check(lambda a, c: F.cross_entropy(a, c), x.float(), torch.full_like(t, -100))  # 0/0 = nan, as on CPU
+    check(grads(lambda a, c: F.cross_entropy(a, c, label_smoothing=0.1)), x.float(), t, **F32_TOL)
+
+
+def test_nll_out_of_bounds_target_raises_at_sync():
+    x = torch.randn(3, 4).log_softmax(1)
+    raises_like_cpu(lambda a, t: F.nll_loss(a, t).item(), x, torch.tensor([0, 7, 1]))
+    raises_like_cpu(lambda a, t: F.nll_loss(a, t), x, torch.tensor([0, -3, 9]))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_pointwise_losses(reduction):
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    p, q = torch.rand(3, 4).clamp(0.01, 0.99), torch.rand(3, 4)
+    tol = dict(atol=1e-5, rtol=1e-4)
+    check(grads(lambda x, y: F.mse_loss(x, y, reduction=reduction)), a, b, **tol)
+    check(grads(lambda x, y: F.l1_loss(x, y, reduction=reduction)), a, b, **tol)
+    check(grads(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=0.5)), a, b, **tol)
+    check(grads(lambda x, y: F.huber_loss(x, y, reduction=reduction, delta=0.7)), a, b, **tol)
+    check(grads(lambda x, y, w: F.binary_cross_entropy(x, y, weight=w, reduction=reduction)), p, q, b.abs(), **tol)
+    check(grads(lambda x, y, w: F.binary_cross_entropy_with_logits(x, y, pos_weight=w, reduction=reduction)),
+          a, q, b[0].abs(), **tol)
+
+
+def test_loss_edge_cases():
+    check(lambda x: F.binary_cross_entropy(x, torch.ones_like(x)), torch.tensor([0.0, 1.0, 0.5]))  # log clamp
+    check(lambda x, y: F.smooth_l1_loss(x, y, beta=0.0), torch.randn(5), torch.randn(5))
+    raises_like_cpu(lambda x: F.binary_cross_entropy(x, torch.zeros_like(x)).item(), torch.tensor([0.5, 1.5]))
+    raises_like_cpu(lambda x: F.mse_loss(x, x), torch.arange(3))
+
+
+# ------------------------------------------------------------------ normalization
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_and_group_norm(dtype):
+    tol = HALF_TOL if dtype in HALF else F32_TOL
+    x, w, b = torch.randn(2, 4, 3, 3, dtype=dtype), torch.randn(4, 3, 3, dtype=dtype), torch.randn(3, dtype=dtype)
+    check(grads(lambda a, c, d: F.layer_norm(a, (4, 3, 3), c, None), diff=(0, 1, 2)), x, w, b, **tol)
+    check(grads(lambda a, d: F.layer_norm(a, (3,), None, d), diff=(0, 1)), x, b, **tol)
+    gw, gb = torch.randn(4, dtype=dtype), torch.randn(4, dtype=dtype)
+    check(grads(lambda a, c, d: F.group_norm(a, 2, c, d), diff=(0, 1, 2)), x, gw, gb, **tol)
+    check(grads(lambda a: F.group_norm(a, 4)), x[:, :, :, 0], **tol)
+    raises_like_cpu(lambda a: F.layer_norm(a, (3,)), torch.ones(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training_updates_running_stats(affine):
+    x = torch.randn(4, 3, 2, 2)
+    w, b = (torch.randn(3), torch.randn(3)) if affine else (None, None)
+
+    def f(a, rm, rv, w, b):
+        rm, rv = rm.clone(), rv.clone()
+        y = F.batch_norm(a, rm, rv, w, b, training=True, momentum=0.3)
+        return y, rm, rv
+
+    check(grads(f, diff=(0, 3, 4) if affine else (0,)), x, torch.randn(3), torch.rand(3) + 0.5, w, b, **F32_TOL)
+    check(grads(lambda a: F.batch_norm(a, None, None, training=True)), x[..., 0], **F32_TOL)
+
+
+def test_batch_norm_eval_and_module():
+    x, rm, rv = torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5
+    check(grads(lambda a, c, d, m, v: F.batch_norm(a, m, v, c, d, training=False), diff=(0, 1, 2)),
+          x, torch.randn(3), torch.randn(3), rm, rv, **F32_TOL)
+
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3)
+    bn_n = copy.deepcopy(bn).to("neuron")
+    x = torch.randn(2, 3, 4, 4)
+    with no_fallback():
+        for mode in ("train", "eval"):
+            getattr(bn, mode)(), getattr(bn_n, mode)()
+            torch.testing.assert_close(bn_n(x.to("neuron")).cpu(), bn(x), **F32_TOL)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(bn_n, name).cpu(), getattr(bn, name), **F32_TOL)
+
+
+def test_batch_norm_mixed_precision_input():
+    x = torch.randn(4, 3, 2, dtype=torch.bfloat16)
+    check(lambda a, rm, rv, w: (F.batch_norm(a, rm, rv, w, None, training=True), rm, rv),
+          x, torch.zeros(3), torch.ones(3), torch.rand(3), **HALF_TOL)
+
+
+# ------------------------------------------------------------------ convolution
+CONV_CASES = [
+    (F.conv1d, (2, 4, 9), (6, 2, 3), dict(stride=2, padding=2, dilation=2, groups=2)),
+    (F.conv2d, (2, 4, 7, 6), (6, 2, 3, 2), dict(stride=(2, 1), padding=1, dilation=(1, 2), groups=2)),
+    (F.conv2d, (1, 3, 5, 5), (4, 3, 3, 3), dict(padding="same")),
+    (F.conv3d, (1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), padding=(1, 0, 1))),
+    (F.conv_transpose1d, (2, 4, 5), (4, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2)),
+    (F.conv_transpose2d, (2, 4, 4, 5), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1, dilation=2,
+                                                          groups=2)),
+    (F.conv_transpose3d, (1, 2, 3, 3, 3), (2, 2, 2, 2, 2), dict(stride=2)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_convolution(case):
+    fn, xs, ws, kw = CONV_CASES[case]
+    out_channels = ws[1] * kw.get("groups", 1) if "transpose" in fn.__name__ else ws[0]
+    f = grads(lambda x, w, b: fn(x, w, b, **kw), diff=(0, 1, 2))
+    check(f, torch.randn(xs), torch.randn(ws), torch.randn(out_channels), atol=1e-4, rtol=1e-4)
+
+
+def test_convolution_dtypes_and_layouts():
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    check(grads(lambda a, c: F.conv2d(a, c, None, padding=1), diff=(0, 1)), x.bfloat16(), w.bfloat16(),
+          **HALF_TOL)
+    check(lambda a, c: F.conv2d(a, c), torch.randint(-4, 4, (1, 2, 4, 4)), torch.randint(-4, 4, (3, 2, 2, 2)))
+    check(grads(lambda a, c: F.conv2d(a.permute(0, 3, 1, 2), c), diff=(0, 1)), x.permute(0, 2, 3, 1).contiguous(),
+          w, atol=1e-4, rtol=1e-4)
+    raises_like_cpu(F.conv2d, torch.ones(1, 1, 3, 3, dtype=torch.bool), torch.ones(1, 1, 2, 2, dtype=torch.bool))
+
+
+# ------------------------------------------------------------------ pooling
+def test_max_pool():
+    x = torch.randn(2, 3, 7, 7)
+    check(grads(lambda a: F.max_pool2d(a, 3, 2, 1, return_indices=True)), x)
+    check(grads(lambda a: F.max_pool2d(a, 2, 2, 1, dilation=2, ceil_mode=True, return_indices=True)), x)
+    check(grads(lambda a: F.max_pool2d(a, (3, 2), (1, 2), return_indices=True)), x[0])
+    check(grads(lambda a: F.max_pool3d(a, 2, return_indices=True)), torch.randn(1, 2, 4, 5, 4))
+    check(grads(lambda a: F.max_pool2d(a, 3, 1, 1)), x)  # no indices requested
+    check(grads(lambda a: F.max_pool1d(a, 3, 2, return_indices=True)), torch.randn(2, 3, 9))
+
+
+def test_max_pool_ties_nan_and_integers():
+    ties = torch.tensor([[[[1.0, 1.0, 0.0], [1.0, float("-inf"), 2.0], [2.0, 2.0, 2.0]]]])
+    check(lambda a: F.max_pool2d(a, 2, 1, return_indices=True), ties)
+    nan = torch.tensor([[[[float("nan"), 1.0, float("nan")], [3.0, float("nan"), 0.0], [0.0, 1.0, 2.0]]]])
+    check(lambda a: F.max_pool2d(a, 2, 1, return_indices=True), nan)
+    check(lambda a: F.max_pool2d(a, 2, 1, padding=1, return_indices=True), torch.full((1, 1, 3, 3), float("-inf")))
+    check(lambda a: F.max_pool2d(a, 2, return_indices=True), torch.randint(-50, 50, (1, 2, 5, 5)).to(torch.int8))
+
+
+def test_avg_pool():
+    x = torch.randn(2, 3, 7, 7)
+    check(grads(lambda a: F.avg_pool2d(a, 3, 2, 1)), x, **F32_TOL)
+    check(grads(lambda a: F.avg_pool2d(a, 3, 2, 1, ceil_mode=True, count_include_pad=False)), x, **F32_TOL)
+    check(grads(lambda a: F.avg_pool2d(a, 2, ceil_mode=True, divisor_override=3)), x[0], **F32_TOL)
+    check(grads(lambda a: F.avg_pool3d(a, 2, 1, 1)), torch.randn(1, 2, 3, 4, 3), **F32_TOL)
+    check(lambda a: F.avg_pool2d(a, 2, ceil_mode=True), torch.randint(-9, 9, (1, 2, 5, 5)))
+    check(grads(lambda a: F.avg_pool2d(a, 2)), x.bfloat16(), **HALF_TOL)
+
+
+def test_adaptive_avg_pool():
+    check(grads(lambda a: F.adaptive_avg_pool2d(a, (3, 2))), torch.randn(2, 3, 7, 5), **F32_TOL)
+    check(grads(lambda a: F.adaptive_avg_pool2d(a, 1)), torch.randn(2, 3, 4, 4), **F32_TOL)
+    check(grads(lambda a: F.adaptive_avg_pool3d(a, (2, 3, 1))), torch.randn(1, 2, 5, 4, 3), **F32_TOL)
+    raises_like_cpu(lambda a: F.adaptive_avg_pool2d(a, 2), torch.ones(1, 1, 3, 3, dtype=torch.long))
+
+
+# ------------------------------------------------------------------ embedding, upsampling
+def test_embedding():
+    w, idx = torch.randn(6, 4), torch.tensor([[1, 2, 2], [5, 0, 1]])
+    check(grads(lambda a, i: F.embedding(i, a)), w, idx)
+    check(grads(lambda a, i: F.embedding(i, a, padding_idx=1, scale_grad_by_freq=True)), w, idx)
+    check(grads(lambda a, i: F.embedding(i.t(), a)), w.bfloat16(), idx, **HALF_TOL)
+    raises_like_cpu(lambda a, i: F.embedding(i, a), w, torch.tensor([0, 6]))
+
+
+@pytest.mark.parametrize("mode,kw", [
+    ("nearest", dict(size=(7, 4))), ("nearest", dict(scale_factor=2)), ("nearest-exact", dict(scale_factor=1.7)),
+    ("bilinear", dict(size=(7, 4))), ("bilinear", dict(scale_factor=2.3, align_corners=True)),
+    ("bilinear", dict(scale_factor=0.6)),
+])
+def test_upsample_2d(mode, kw):
+    check(grads(lambda a: F.interpolate(a, mode=mode, **kw)), torch.randn(1, 2, 3, 5), **F32_TOL)
+
+
+def test_upsample_1d_3d():
+    check(grads(lambda a: F.interpolate(a, scale_factor=2.5, mode="linear")), torch.randn(1, 2, 4), **F32_TOL)
+    check(grads(lambda a: F.interpolate(a, size=(3, 4, 2), mode="trilinear")), torch.randn(1, 1, 2, 3, 3),
+          **F32_TOL)
+    check(grads(lambda a: F.interpolate(a, scale_factor=3, mode="nearest")), torch.randn(1, 2, 2, 2, 2))
+    check(lambda a: F.interpolate(a, scale_factor=2), torch.randint(0, 255, (1, 2, 3, 3), dtype=torch.uint8))
+
+
+# ------------------------------------------------------------------ attention
+def _sdpa_calls():
+    return len(install.KERNELS[torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default].cache)
+
+
+@pytest.mark.parametrize("kind", ["plain", "causal", "bool_mask", "float_mask", "gqa"])
+def test_scaled_dot_product_attention(kind):
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 5)
+    kw = {}
+    if kind == "causal":
+        kw = dict(is_causal=True)
+    elif kind == "bool_mask":
+        mask = torch.rand(4, 6) > 0.4
+        mask[1] = False  # a fully masked row gives zeros, as CPU's safe softmax does
+        kw = dict(attn_mask=mask)
+    elif kind == "float_mask":
+        kw = dict(attn_mask=torch.randn(3, 4, 6), scale=0.3)
+    elif kind == "gqa":
+        k, v, kw = k[:, :1], v[:, :1], dict(enable_gqa=True)
+    f = grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, **kw), diff=(0, 1, 2))
+    before = _sdpa_calls()
+    check(f, q, k, v, atol=1e-5, rtol=1e-4)
+    if kind != "gqa":  # grouped heads take PyTorch's math path
+        assert _sdpa_calls() > before or before > 0
+
+
+def test_sdpa_mask_gradient_and_half():
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    check(grads(lambda a, m, b: F.scaled_dot_product_attention(a, b, b, attn_mask=m), diff=(0, 1)),
+          q, torch.randn(2, 3, 5), k, atol=1e-5, rtol=1e-4)
+    check(grads(lambda a: F.scaled_dot_product_attention(a, a, a, is_causal=True)), q.bfloat16(), **HALF_TOL)
+
+
+def test_sdpa_dropout_is_reproducible_and_backward_consistent():
+    q = torch.randn(1, 2, 8, 4).to("neuron")
+
+    def run(seed):
+        torch.manual_seed(seed)
+        x = q.detach().requires_grad_()
+        y = F.scaled_dot_product_attention(x, x, x, dropout_p=0.5)
+        y.sum().backward()
+        return y.cpu(), x.grad.cpu()
+
+    (y1, g1), (y2, g2), (y3, _) = run(1), run(1), run(2)
+    assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    assert not torch.equal(y1, y3)
+    # With v = I the output is the dropped-out probability matrix P itself, and the
+    # gradient of sum(y) w.r.t. v is P's column sums: equal only if the backward
+    # regenerated the forward's dropout mask.
+    v = torch.eye(8).expand(1, 2, 8, 8).to("neuron").requires_grad_()
+    y = F.scaled_dot_product_attention(q, q, v, dropout_p=0.5)
+    y.sum().backward()
+    torch.testing.assert_close(v.grad[..., 0].cpu(), y.sum(-2).detach().cpu(), atol=1e-5, rtol=1e-5)
+    assert (y.cpu() == 0).any()
+
+
+# ------------------------------------------------------------------ training end to end
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Dropout(0.0),
+                               torch.nn.Linear(16, 3))
+
+
+def _cnn():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+
+
+@pytest.mark.parametrize("make,shape", [(_mlp, (8, 10)), (_cnn, (4, 3, 8, 8))])
+def test_training_matches_cpu(make, shape):
+    torch.manual_seed(0)
+    model = make()
+    model_n = copy.deepcopy(model).to("neuron")
+    x, y = torch.randn(shape), torch.randint(0, 3, (shape[0],))
+    xn, yn = x.to("neuron"), y.to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt_n = torch.optim.AdamW(model_n.parameters(), lr=1e-2)
+    with no_fallback():
+        for _ in range(3):
+            losses = []
+            for m, o, a, t in ((model, opt, x, y), (model_n, opt_n, xn, yn)):
+                o.zero_grad()
+                loss = F.cross_entropy(m(a), t)
+                loss.backward()
+                o.step()
+                losses.append(loss.item())
+            assert abs(losses[0] - losses[1]) < 1e-5, losses
+    for p, pn in zip(model.parameters(), model_n.parameters()):
+        torch.testing.assert_close(pn.detach().cpu(), p.detach(), atol=1e-5, rtol=1e-4)

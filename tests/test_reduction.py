@@ -1,0 +1,240 @@
+import pytest
+import torch
+
+from helpers import check, check_like_cpu, no_fallback, to_neuron
+
+ALL = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32,
+       torch.int64, torch.uint8, torch.bool]
+NAN, INF = float("nan"), float("inf")
+
+
+def _make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(0, 20, shape, generator=g).to(dtype)
+
+
+def _tol(dtype):
+    return dict(atol=1e-2, rtol=1e-2) if dtype in (torch.bfloat16, torch.float16) else {}
+
+
+# Core ops over every dtype: CPU's result, or CPU's exception type (e.g. argmin of
+# bool, var of integers).
+SWEEP = {
+    "sum_dim": lambda t: t.sum(1),
+    "amax": lambda t: t.amax(0),
+    "max_dim": lambda t: t.max(1),
+    "cumsum": lambda t: t.cumsum(0),
+    "sort": lambda t: torch.sort(t, dim=1, stable=True),
+    "var": lambda t: t.var(0),
+}
+SWEEP_SMALL = {
+    "prod_all": lambda t: t.prod(),
+    "argmin": lambda t: t.argmin(1),
+    "any_dim": lambda t: t.any(1),
+    "topk": lambda t: t.topk(1),
+    "median": lambda t: t.median(),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_dtype_sweep(name, dtype):
+    check_like_cpu(SWEEP[name], _make((3, 4), dtype), **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int32, torch.bool], ids=str)
+@pytest.mark.parametrize("name", list(SWEEP_SMALL))
+def test_dtype_sweep_small(name, dtype):
+    check_like_cpu(SWEEP_SMALL[name], _make((3, 4), dtype), **_tol(dtype))
+
+
+FLOAT_OPS = {
+    "mean": lambda t: t.mean((0, 1)),
+    "std_keepdim": lambda t: t.std(1, keepdim=True),
+    "var_correction0": lambda t: t.var(0, correction=0),
+    "var_mean": lambda t: torch.var_mean(t, 1),
+    "std_mean_all": lambda t: torch.std_mean(t, correction=2),
+    "logsumexp": lambda t: t.logsumexp(1),
+    "norm_fro": lambda t: t.norm(),
+    "vector_norm_1": lambda t: torch.linalg.vector_norm(t, 1, dim=0),
+    "vector_norm_inf": lambda t: torch.linalg.vector_norm(t, INF, dim=1),
+    "vector_norm_0": lambda t: torch.linalg.vector_norm(t, 0, dim=1),
+    "vector_norm_3": lambda t: torch.linalg.vector_norm(t, 3, dim=(0, 1), keepdim=True),
+    "norm_p_dim": lambda t: t.norm(p=1.5, dim=1),
+    "cumprod": lambda t: t.cumprod(1),
+    "cummax": lambda t: t.cummax(1),
+    "cummin": lambda t: t.cummin(0),
+    "logcumsumexp": lambda t: t.logcumsumexp(1),
+    "nansum": lambda t: t.nansum(0),
+    "aminmax": lambda t: torch.aminmax(t, dim=0, keepdim=True),
+    "argmax_all": lambda t: t.argmax(),
+    "count_nonzero": lambda t: torch.count_nonzero(t, 1),
+    "topk_smallest": lambda t: t.topk(3, dim=0, largest=False),
+    "kthvalue": lambda t: t.kthvalue(2, 1),
+    "nanmedian_dim": lambda t: t.nanmedian(0),
+    "sort_descending": lambda t: torch.sort(t, dim=0, descending=True, stable=True),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT_OPS))
+def test_float_ops(name):
+    check_like_cpu(FLOAT_OPS[name], _make((4, 5), torch.float32), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mean", "logsumexp", "logcumsumexp", "norm_fro"])
+def test_float_ops_bfloat16(name):
+    check_like_cpu(FLOAT_OPS[name], _make((4, 5), torch.bfloat16), atol=2e-2, rtol=2e-2)
+
+
+def test_half_types_accumulate_in_float32():
+    # 1024 ones: a bfloat16 accumulator would stall at 256.
+    for dtype in (torch.bfloat16, torch.float16):
+        check(lambda t: t.sum(), torch.ones(1024, dtype=dtype))
+        check(lambda t: t.mean(0), torch.ones(1024, 2, dtype=dtype))
+        check(lambda t: t.cumsum(0)[-1], torch.ones(1024, dtype=dtype))
+
+
+def test_integer_and_bool_sums_are_int64():
+    for dtype in (torch.bool, torch.int8, torch.uint8, torch.int32):
+        out = check(lambda t: t.sum(0), _make((5, 3), dtype))
+        assert out.dtype == torch.int64
+    check(lambda t: t.sum(dtype=torch.int8), torch.full((100,), 3, dtype=torch.int8))  # wraps like CPU
+    check(lambda t: t.prod(), torch.full((70,), 2))  # int64 overflow wraps
+
+
+NAN_INPUT = torch.tensor([[1.0, NAN, 3.0, NAN], [2.0, 2.0, 1.0, 1.0], [INF, -INF, 0.0, -0.0]])
+NAN_OPS = {
+    "max": lambda t: t.max(), "amax": lambda t: t.amax(1), "min_dim": lambda t: t.min(1),
+    "argmax": lambda t: t.argmax(1), "argmin": lambda t: t.argmin(),
+    "sort": lambda t: torch.sort(t, dim=1, stable=True),
+    "sort_desc": lambda t: torch.sort(t, dim=1, descending=True, stable=True),
+    "topk": lambda t: t[[0, 2]].topk(2),
+    "cummax": lambda t: t.cummax(1), "cummin": lambda t: t.cummin(1), "median": lambda t: t.median(),
+    "median_dim": lambda t: t.median(1), "nanmedian": lambda t: t.nanmedian(), "nanmedian_dim": lambda t: t.nanmedian(1),
+    "logsumexp": lambda t: t.logsumexp(1), "logcumsumexp": lambda t: t.logcumsumexp(1), "nansum": lambda t: t.nansum(1),
+}
+
+
+@pytest.mark.parametrize("name", list(NAN_OPS))
+def test_nan_and_inf(name):
+    check(NAN_OPS[name], NAN_INPUT)
+
+
+def test_logsumexp_infinities():
+    check(lambda t: t.logsumexp(1), torch.tensor([[-INF, -INF], [INF, INF], [INF, 1.0], [-INF, 1.0]]))
+
+
+def test_stable_sort_keeps_index_order_of_equal_elements():
+    x = torch.tensor([3, 1, 2, 1, 3, 2, 1, 0, 3])
+    check(lambda t: torch.sort(t, stable=True), x)
+    check(lambda t: torch.sort(t, descending=True, stable=True), x)
+    check(lambda t: torch.sort(t, stable=True), torch.tensor([0.0, -0.0, 1.0, -0.0, 0.0]))
+    check(lambda t: torch.argsort(t, stable=True), x.to(torch.uint8))
+
+
+def test_unstable_sort_values_and_valid_indices():
+    x = torch.randint(0, 3, (40,)).float()
+    v, i = torch.sort(to_neuron(x))
+    assert torch.equal(v.cpu(), torch.sort(x)[0])
+    assert torch.equal(x[i.cpu()], v.cpu())
+
+
+def test_topk_unsorted_selects_the_same_elements():
+    x = torch.randn(3, 10)
+    v, i = to_neuron(x).topk(4, sorted=False)
+    assert torch.equal(v.cpu().sort(1)[0], x.topk(4)[0].sort(1)[0])
+    assert torch.equal(x.gather(1, i.cpu()), v.cpu())
+
+
+@pytest.mark.parametrize("name", ["sum", "amax", "max_dim", "sort", "cumsum", "var", "argmax", "norm"])
+def test_noncontiguous(name):
+    ops = {"sum": lambda t: t.sum(0), "amax": lambda t: t.amax(1), "max_dim": lambda t: t.max(0),
+           "sort": lambda t: torch.sort(t, dim=0, stable=True), "cumsum": lambda t: t.cumsum(1), "var": lambda t: t.var(1),
+           "argmax": lambda t: t.argmax(0), "norm": lambda t: torch.linalg.vector_norm(t, 2, dim=1)}
+    base = _make((6, 8), torch.float32)
+    check(lambda b: ops[name](b[::2, 1::2].t()), base, atol=1e-5, rtol=1e-5)
+
+
+EMPTY_OK = {
+    "sum": lambda t: t.sum(), "sum_dim": lambda t: t.sum(0), "prod": lambda t: t.prod(0), "mean": lambda t: t.mean(),
+    "var": lambda t: t.var(0), "amax_nonempty_dim": lambda t: t.amax(0), "max_nonempty_dim": lambda t: t.max(0),
+    "all_dim": lambda t: t.all(1), "sort": lambda t: torch.sort(t, 1, stable=True), "logsumexp": lambda t: t.logsumexp(1),
+    "median": lambda t: t.median(), "cummax": lambda t: t.cummax(1),
+    "max_all": lambda t: t.max(), "max_empty_dim": lambda t: t.max(1), "median_empty_dim": lambda t: t.median(1),
+    "nanmedian_empty_dim": lambda t: t.nanmedian(1), "topk0": lambda t: t.topk(0, dim=1),
+    "vector_norm_inf": lambda t: torch.linalg.vector_norm(t, INF), "aminmax": lambda t: torch.aminmax(t),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_OK))
+def test_empty(name):
+    check_like_cpu(EMPTY_OK[name], torch.randn(3, 0))
+
+
+# PyTorch's own meta kernels raise another exception type than CPU here; the executor
+# runs them first, so neuron follows the meta kernel.
+META_MISMATCH = {
+    "amax_empty_dim": lambda t: t.amax(1), "argmin_empty": lambda t: t.argmin(),
+    "kthvalue_empty_dim": lambda t: t.kthvalue(1, 1),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="meta kernel raises RuntimeError where CPU raises IndexError")
+@pytest.mark.parametrize("name", list(META_MISMATCH))
+def test_empty_meta_mismatch(name):
+    check_like_cpu(META_MISMATCH[name], torch.randn(3, 0))
+
+
+@pytest.mark.parametrize("name", ["sum", "max_dim", "argmax", "cumsum", "sort", "topk", "median", "var", "cummax"])
+def test_zero_dim(name):
+    ops = {"sum": lambda t: t.sum(), "amax": lambda t: t.amax(0), "max_dim": lambda t: t.max(0),
+           "argmax": lambda t: t.argmax(-1), "cumsum": lambda t: t.cumsum(0), "sort": lambda t: torch.sort(t, 0),
+           "topk": lambda t: t.topk(1), "median": lambda t: t.median(0), "var": lambda t: t.var(),
+           "logsumexp": lambda t: t.logsumexp(0), "cummax": lambda t: t.cummax(0), "kthvalue": lambda t: t.kthvalue(1)}
+    check_like_cpu(ops[name], torch.tensor(1.5))
+
+
+def test_out_and_inplace_variants():
+    x = _make((3, 4), torch.float32)
+
+    def run(t):
+        s = torch.empty(0, device=t.device)
+        torch.sum(t, 1, out=s)
+        v, i = torch.empty(0, device=t.device), torch.empty(0, dtype=torch.long, device=t.device)
+        torch.max(t, 0, out=(v, i))
+        sv, si = torch.empty(0, device=t.device), torch.empty(0, dtype=torch.long, device=t.device)
+        torch.sort(t, 1, out=(sv, si))
+        c = t.clone().cumsum_(0)
+        return s, v, i, sv, si, c
+
+    check(run, x)
+
+
+def _grads(fn, x):
+    xc = x.clone().requires_grad_(True)
+    fn(xc).backward()
+    xn = to_neuron(x).requires_grad_(True)
+    with no_fallback():
+        fn(xn).backward()
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+
+
+GRAD_OPS = {
+    "sum": lambda t: t.sum(1).pow(2).sum(), "mean": lambda t: (t.mean(0) * torch.arange(5.0, device=t.device)).sum(),
+    "amax": lambda t: t.amax(1).sum(), "max_dim": lambda t: t.max(1)[0].sum(),
+    "var": lambda t: t.var(1).sum(), "std_mean": lambda t: sum(x.sum() for x in torch.std_mean(t, 0)),
+    "logsumexp": lambda t: t.logsumexp(1).sum(), "norm": lambda t: t.norm(), "prod": lambda t: t.prod(1).sum(),
+    "cumsum": lambda t: (t.cumsum(1) * t).sum(),
+    "sort": lambda t: (torch.sort(t, 1)[0] * torch.arange(5.0, device=t.device)).sum(),
+    "topk": lambda t: (t.topk(2)[0] ** 2).sum(), "median": lambda t: t.median(1)[0].sum(),
+    "cummax": lambda t: t.cummax(1)[0].sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_OPS))
+def test_gradients(name):
+    _grads(GRAD_OPS[name], _make((4, 5), torch.float32, seed=3))
