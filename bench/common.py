@@ -26,5 +26,15 @@ def interleaved_min(configs: Dict[str, Callable[[], None]], repeats: int = 7, nu
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, in MiB."""
+    """Peak resident set size of this process's own memory so far, in MiB.
+
+    Read from /proc (VmHWM), not getrusage: Linux carries ru_maxrss across exec, so a
+    child started by a large parent would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -63,7 +63,7 @@ def test_mixing_cpu_and_neuron_tensors_raises_like_cuda():
     c = torch.ones(3)
     for fn in (lambda: n + c, lambda: c + n, lambda: c.add_(n), lambda: n.add_(c), lambda: torch.where(n > 0, n, c),
                lambda: n + torch.ones(1), lambda: torch.mul(n, 2, out=torch.empty(3)),
-               lambda: torch.tensor(1.0).add_(n[0])):
+               lambda: torch.mul(n[0], 2, out=torch.tensor(0.0)), lambda: torch.tensor(1.0).add_(n[0])):
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
             fn()
 

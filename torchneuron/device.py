@@ -60,10 +60,9 @@ def _lazy_init() -> None:
     """Starts the PJRT client; PyTorch calls it before creating the first `neuron`
     tensor of a process. RuntimeError in a forked child of a process that had started
     it (like CUDA): the child has the parent's client state but none of its threads."""
-    if _is_in_bad_fork():
-        raise RuntimeError(
-            "Cannot re-initialize neuron in forked subprocess. To use neuron with multiprocessing, "
-            "you must use the 'spawn' start method")
+    from .runtime import pjrt
+
+    pjrt.check_not_forked()
     device_count()
 
 
@@ -82,6 +81,7 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    """Index of this thread's current `neuron` device."""
     return _shim().current_device()
 
 
@@ -134,11 +134,13 @@ def seed() -> None:
 
 
 def seed_all() -> None:
+    """Seeds every device's generator with a non-deterministic number."""
     for i in range(device_count()):
         _generator(i).seed()
 
 
 def initial_seed() -> int:
+    """The seed of the current device's default generator."""
     return _generator().initial_seed()
 
 
@@ -148,14 +150,17 @@ def get_rng_state(device: _DeviceLike = None) -> torch.Tensor:
 
 
 def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = None) -> None:
+    """Restores a state from `get_rng_state`; RuntimeError for a malformed one."""
     _generator(device).set_state(new_state)
 
 
 def get_rng_state_all():
+    """`get_rng_state` of every device, in index order."""
     return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(new_states) -> None:
+    """Restores the states of `get_rng_state_all`."""
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
 
@@ -197,7 +202,8 @@ def max_memory_reserved(device: _DeviceLike = None) -> int:
 
 
 def empty_cache() -> None:
-    """Releases cached executables' scratch; buffers are freed as storages die."""
+    """Collects garbage so that unreachable storages release their buffers now. There
+    is no allocator cache: a buffer is released as soon as its storage dies."""
     import gc
 
     gc.collect()
@@ -221,25 +227,30 @@ def get_device_properties(device: _DeviceLike = None):
 
 
 def get_device_name(device: _DeviceLike = None) -> str:
+    """The PJRT device kind of `device` (``cpu`` on XLA:CPU)."""
     return get_device_properties(device).name
 
 
 def get_device_capability(device: _DeviceLike = None):
+    """(0, 0): PJRT devices have no CUDA compute capability."""
     return (0, 0)
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: XLA supports bfloat16 on every PJRT platform (emulated where needed)."""
     return True
 
 
 def get_amp_supported_dtype():
+    """Dtypes autocast may use on `neuron`."""
     return [torch.bfloat16, torch.float16]
 
 
 # ------------------------------------------------------------------ streams and events
 class Stream:
     """A `neuron` stream. PJRT orders work by data dependencies, so every stream is the
-    device's one in-order queue; `synchronize` waits for all queued work."""
+    device's one in-order queue: waits are no-ops and `synchronize` waits for all
+    queued work. Entering a stream makes it the current one, as on CUDA."""
 
     def __init__(self, device: _DeviceLike = None, priority: int = 0, **kwargs):
         self.device = torch.device("neuron", _index(device))
@@ -263,9 +274,12 @@ class Stream:
         return True
 
     def __enter__(self):
+        self._prev = current_stream(self.device)
+        set_stream(self)
         return self
 
     def __exit__(self, *exc):
+        set_stream(self._prev)
         return False
 
 
@@ -297,22 +311,44 @@ class Event:
         return (end._time - self._time) * 1000.0
 
 
-_streams: Dict[int, Stream] = {}
+_default_streams: Dict[int, Stream] = {}
+_current_streams: Dict[int, Stream] = {}  # per device, set by `stream()` / `set_stream`
+
+
+def default_stream(device: _DeviceLike = None) -> Stream:
+    """The default stream of `device`."""
+    index = _index(device)
+    if index not in _default_streams:
+        _default_streams[index] = Stream(index)
+    return _default_streams[index]
 
 
 def current_stream(device: _DeviceLike = None) -> Stream:
+    """The stream made current on `device` by `stream()`/`set_stream`, else its default."""
     index = _index(device)
-    if index not in _streams:
-        _streams[index] = Stream(index)
-    return _streams[index]
-
-
-default_stream = current_stream
-
-
-def stream(s: Optional[Stream]):
-    return s if s is not None else current_stream()
+    return _current_streams.get(index) or default_stream(index)
 
 
 def set_stream(s: Stream) -> None:
-    pass
+    """Makes `s` the current stream of its device."""
+    _current_streams[s.device.index] = s
+
+
+class _StreamContext:
+    def __init__(self, s: Optional[Stream]):
+        self.stream = s
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.stream.__enter__()
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+        return False
+
+
+def stream(s: Optional[Stream]) -> _StreamContext:
+    """Context manager making `s` the current stream (`torch.cuda.stream`); None: no-op."""
+    return _StreamContext(s)

@@ -54,6 +54,7 @@ class TrainConfig:
     ckpt_interval: int = 50  # also after the last step; 0: never write a checkpoint
     out_dir: str = "runs/gpt"
     resume: bool = False
+    compile: bool = False  # torch.compile the model (backend "neuron" on neuron, Inductor on cpu)
     progress: bool = True
 
     def model_config(self) -> GPTConfig:
@@ -64,12 +65,20 @@ class TrainConfig:
 @dataclass
 class TrainResult:
     """What a call of `train` did: `losses[i]` is the training loss of step
-    `start_step + i + 1`; `evals` maps a step to its {"train": loss, "val": loss}."""
+    `start_step + i + 1`; `evals` maps a step to its {"train": loss, "val": loss};
+    `step_times[i]` is the wall time of that step in seconds."""
 
     start_step: int
+    tokens_per_step: int
     losses: List[float] = field(default_factory=list)
     evals: Dict[int, Dict[str, float]] = field(default_factory=dict)
-    tokens_per_s: float = 0.0
+    step_times: List[float] = field(default_factory=list)
+
+    def tokens_per_s(self, skip: int = 0) -> float:
+        """Training throughput over the steps after the first `skip` (which, on a
+        compiling device, carry the one-time compilation)."""
+        times = self.step_times[skip:]
+        return self.tokens_per_step * len(times) / sum(times) if times else float("nan")
 
 
 def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -129,7 +138,7 @@ def load_checkpoint(path: str, model, optimizer, data_gen: torch.Generator) -> i
 
 
 @torch.no_grad()
-def evaluate(model: GPT, splits: Dict[str, torch.Tensor], config: TrainConfig) -> Dict[str, float]:
+def evaluate(model: torch.nn.Module, splits: Dict[str, torch.Tensor], config: TrainConfig) -> Dict[str, float]:
     """Mean loss over `eval_iters` batches of each split. The batches come from a
     generator of their own, so evaluating does not change the training batches, and
     every evaluation of a run sees the same batches."""
@@ -165,42 +174,42 @@ def train(config: TrainConfig) -> TrainResult:
         if not os.path.exists(ckpt_path):
             raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
         start = load_checkpoint(ckpt_path, model, optimizer, data_gen)
-    result = TrainResult(start_step=start)
+    result = TrainResult(start_step=start, tokens_per_step=config.batch_size * config.seq_len)
+    forward = model
+    if config.compile:
+        # Checkpoints keep holding the plain model's state; the compiled wrapper runs it.
+        forward = torch.compile(model, backend="neuron" if device.type == "neuron" else "inductor")
     n_params = sum(p.numel() for p in model.parameters())
     tqdm.write(f"device {device} | {n_params / 1e6:.2f}M parameters | {len(train_data):,} train bytes, "
                f"{len(val_data):,} val bytes | steps {start + 1}..{config.steps}", file=sys.stdout)
 
     model.train()
-    train_time = 0.0
     bar = tqdm(range(start + 1, config.steps + 1), initial=start, total=config.steps, unit="step",
                disable=not config.progress, dynamic_ncols=True)
     for step in bar:
         t0 = time.perf_counter()
         x, y = get_batch(train_data, config.batch_size, config.seq_len, data_gen)
-        _, loss = model(x.to(device), y.to(device))
+        _, loss = forward(x.to(device), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         value = loss.item()
-        train_time += time.perf_counter() - t0
+        result.step_times.append(time.perf_counter() - t0)
         if not math.isfinite(value):
             raise FloatingPointError(f"loss is {value} at step {step}")
         result.losses.append(value)
         bar.set_postfix(loss=f"{value:.4f}")
 
         if config.eval_interval and (step % config.eval_interval == 0 or step == config.steps):
-            losses = evaluate(model, {"train": train_data, "val": val_data}, config)
+            losses = evaluate(forward, {"train": train_data, "val": val_data}, config)
             result.evals[step] = losses
             tqdm.write(f"step {step}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}",
                        file=sys.stdout)
         if config.ckpt_interval and (step % config.ckpt_interval == 0 or step == config.steps):
             save_checkpoint(ckpt_path, model, optimizer, step, data_gen, config)
     bar.close()
-
-    tokens = len(result.losses) * config.batch_size * config.seq_len
-    result.tokens_per_s = tokens / train_time if train_time else 0.0
     return result
 
 
@@ -227,6 +236,8 @@ def parse_args(argv: Optional[List[str]] = None) -> TrainConfig:
                    help="checkpoint every N steps and after the last; 0: never")
     p.add_argument("--out-dir", default=d.out_dir, help="checkpoint directory (default %(default)s)")
     p.add_argument("--resume", action="store_true", help=f"continue from OUT_DIR/{CHECKPOINT_NAME}")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model: backend neuron on neuron, Inductor on cpu")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return TrainConfig(**vars(p.parse_args(argv)))
 
@@ -243,7 +254,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         fallbacks = torchneuron.fallback_ops()
         if fallbacks:
             print(f"ops that ran through the CPU fallback (calls): {fallbacks}")
-    print(f"final: step {config.steps} | loss {last} | val loss {val} | {result.tokens_per_s:,.0f} tokens/s")
+    speed = f"{result.tokens_per_s():,.0f} tokens/s"
+    if len(result.step_times) > 1:
+        speed += f" ({result.tokens_per_s(skip=1):,.0f} after the first step)"
+    print(f"final: step {config.steps} | loss {last} | val loss {val} | {speed}")
 
 
 if __name__ == "__main__":

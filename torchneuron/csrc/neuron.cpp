@@ -485,10 +485,11 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
 // ---------------------------------------------------------------- metadata-only kernels
 static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                       std::optional<at::Layout> layout, std::optional<at::Device> device,
-                                      std::optional<bool> /*pin_memory*/,
+                                      std::optional<bool> pin_memory,
                                       std::optional<at::MemoryFormat> memory_format) {
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
               *layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
   check_device(index);
   c10::DeviceIndex saved = t_current_device;
@@ -501,9 +502,10 @@ static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::S
 
 static at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                                 std::optional<at::Layout> layout, std::optional<at::Device> device,
-                                std::optional<bool> /*pin_memory*/) {
+                                std::optional<bool> pin_memory) {
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
               *layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
   c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
   check_device(index);
   c10::DeviceIndex saved = t_current_device;

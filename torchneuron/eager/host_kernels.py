@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..runtime import checks, dtypes, storage, transfer
+from ..runtime import checks, dtypes, pjrt, storage, transfer
 
 aten = torch.ops.aten
 
@@ -95,6 +95,7 @@ def synchronize() -> None:
     device-side check failures."""
     import jax
 
+    pjrt.check_not_forked()
     checks.raise_pending()
     for buf in list(storage.buffers.values()):
         buf.block_until_ready()

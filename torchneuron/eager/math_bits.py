@@ -28,8 +28,11 @@ def sees_math_bits(op: torch._ops.OpOverload) -> bool:
                and torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(name, k) for k in _KEYS)
 
 
+_Tensor = torch.Tensor
+
+
 def _has_bits(v) -> bool:
-    return isinstance(v, torch.Tensor) and (v.is_conj() or v.is_neg())
+    return isinstance(v, _Tensor) and (v.is_conj() or v.is_neg())
 
 
 def _resolved(t: torch.Tensor) -> torch.Tensor:
@@ -44,8 +47,16 @@ def resolving(kernel, op: torch._ops.OpOverload):
     names = [a.name for a in op._schema.arguments]
 
     def run(*args, **kwargs):
-        if not (any(_has_bits(a) for a in args) or any(_has_bits(v) for v in kwargs.values())):
-            return kernel(*args, **kwargs)
+        # The common case costs one loop over the arguments (mm, addmm are hot).
+        for a in args:
+            if isinstance(a, _Tensor) and (a.is_conj() or a.is_neg()):
+                return resolve(args, kwargs)
+        for a in kwargs.values():
+            if isinstance(a, _Tensor) and (a.is_conj() or a.is_neg()):
+                return resolve(args, kwargs)
+        return kernel(*args, **kwargs)
+
+    def resolve(args, kwargs):
         back = {}  # id(temporary) -> (temporary, the written argument it stands for)
 
         def fix(name, v):

@@ -33,15 +33,38 @@ def _arange_acc(dtype):
     return jnp.dtype(jnp.int64)
 
 
+# ATen's CPU kernels use 32-byte SIMD vectors for arange (also on AVX512 machines).
+_VECTOR_BYTES = 32
+
+
 @lowering(aten.arange.start_step, static=("start", "end", "step"))
 def arange(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=None):
-    """`aten::arange.start_step` (and `arange.start_out`): ``start + step * i`` computed
-    in ATen's accumulation type, for ``i`` below the length PyTorch computed. The
-    bounds are static (the length depends on them); bad bounds raise in the meta kernel."""
+    """`aten::arange.start_step` (and `arange.start_out`): ``start + step * i`` for
+    ``i`` below the length PyTorch computed. The bounds are static (the length depends
+    on them); bad bounds raise in the meta kernel, bool in the lowering as on CPU.
+
+    Floating results reproduce ATen's CPU loop bitwise: pairs of SIMD vectors each
+    start from ``start + step * i`` rounded to the output type and add ``j * step``;
+    the tail is scalar, one fused multiply-add in the accumulation type. (float64
+    results can differ from ATen's fused multiply-add by one ulp.)"""
     out = context().out()
-    acc = _arange_acc(out.dtype)
-    i = jnp.arange(out.shape[0], dtype=acc)
-    return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * i).astype(out.dtype)
+    dt = jnp.dtype(out.dtype)
+    if dt == jnp.bool_:
+        raise NotImplementedError('"arange_cpu" not implemented for \'Bool\'')
+    n = out.shape[0]
+    acc = _arange_acc(dt)
+    if not jnp.issubdtype(acc, jnp.floating):
+        return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * jnp.arange(n, dtype=acc)).astype(dt)
+    w = jnp.float64  # float32 multiply-adds are exact in float64 before the final rounding
+    s, st = jnp.asarray(start, acc).astype(w), jnp.asarray(step, acc).astype(w)
+    i = jnp.arange(n, dtype=w)
+    scalar = (s + st * i).astype(acc).astype(dt)
+    lanes = _VECTOR_BYTES // dt.itemsize
+    lane = i % lanes
+    base = (s + st * (i - lane)).astype(acc).astype(dt).astype(w)
+    vector = (base + lane * st).astype(dt)
+    vectorized = i < (n // (2 * lanes)) * (2 * lanes)
+    return jnp.where(vectorized, vector, scalar)
 
 
 @lowering(aten.full.default)
@@ -70,20 +93,29 @@ _CPP_NAMES = {jnp.dtype(jnp.uint8): "uint8_t", jnp.dtype(jnp.int8): "int8_t", jn
               jnp.dtype(jnp.bfloat16): "c10::BFloat16", jnp.dtype(jnp.float32): "float"}
 
 
-def _scalar_to(value, dtype, op):
+def _scalar_to(value, dtype):
     """`value` (a Python number) converted to `dtype` the way c10::Scalar::to<T>()
-    does: truncation toward zero for integers, RuntimeError when out of range."""
+    does: floats truncate toward zero into integers, negative integers wrap into
+    unsigned types (down to -max), anything else out of range is a RuntimeError."""
     dtype = jnp.dtype(dtype)
     if dtype == jnp.bool_:
-        raise NotImplementedError(f'"{op}_cpu" not implemented for \'Bool\'')
+        return bool(value)
     name = _CPP_NAMES.get(dtype)
+    integer = jnp.issubdtype(dtype, jnp.integer)
     if name is not None and np.isfinite(value):
-        info = jnp.iinfo(dtype) if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo(dtype)
-        if not float(info.min) <= value <= float(info.max):
+        info = jnp.iinfo(dtype) if integer else jnp.finfo(dtype)
+        lo = -float(info.max) if integer and info.min == 0 and isinstance(value, int) else float(info.min)
+        if not lo <= value <= float(info.max):
             raise RuntimeError(f"value cannot be converted to type {name} without overflow")
-    if jnp.issubdtype(dtype, jnp.integer):
-        return int(value)
+    if integer:
+        return int(value) % 256 if dtype == jnp.uint8 else int(value)
     return value
+
+
+def _dispatch_check(dtype, op):
+    """ATen's CPU kernels for linspace/logspace have no bool case."""
+    if jnp.dtype(dtype) == jnp.bool_:
+        raise NotImplementedError(f'"{op}_cpu" not implemented for \'Bool\'')
 
 
 @lowering(aten.linspace.default, static=("start", "end"))
@@ -95,11 +127,12 @@ def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory
     (RuntimeError on overflow; bool outputs raise NotImplementedError). Integer outputs
     compute in double and truncate; float outputs compute in their own type."""
     out = context().out_dtype()
-    s, e = _scalar_to(start, out, "linspace"), _scalar_to(end, out, "linspace")
     if steps == 0:
         return jnp.zeros((0,), out)
-    if steps == 1:
-        return jnp.full((1,), s, out)
+    if steps == 1:  # ATen fills with `start`: no kernel, so bool works too
+        return jnp.full((1,), _scalar_to(start, out), out)
+    _dispatch_check(out, "linspace")
+    s, e = _scalar_to(start, out), _scalar_to(end, out)
     idx = np.arange(steps)
     up = idx < steps // 2
     down = steps - idx - 1
@@ -129,12 +162,13 @@ def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None,
     """`aten::logspace` (and `logspace.out`): ``base ** linspace(start, end)``, computed
     in double from bounds converted to the output type (errors as in `linspace`)."""
     out = context().out_dtype()
-    s, e = _scalar_to(start, out, "logspace"), _scalar_to(end, out, "logspace")
     if steps == 0:
         return jnp.zeros((0,), out)
     base = jnp.asarray(base, jnp.float64)
     if steps == 1:
         return jnp.full((1,), jnp.power(base, jnp.float64(start)).astype(out))
+    _dispatch_check(out, "logspace")
+    s, e = _scalar_to(start, out), _scalar_to(end, out)
     idx = np.arange(steps)
     s, e = jnp.asarray(s, out), jnp.asarray(e, out)
     step = (e - s).astype(jnp.float64) / (steps - 1)  # the subtraction happens in the output type

@@ -7,10 +7,12 @@ point, the exception type CPU raises for that op (IndexError for indexing, index
 index_copy, take/put; RuntimeError for gather/scatter/index_add). Ops that accept
 negative indices (indexing, index_fill, take, put) wrap them first.
 
-Two ops have a data-dependent output size and need the host: `nonzero` counts on the
-device, synchronizes, then runs `nonzero_static`; `masked_select` and indexing with
-boolean masks go through `nonzero`, as ATen's CPU kernels do. Assigning through a
-single boolean mask (`x[mask] = v`) stays on the device.
+Ops with a data-dependent output size need the host: `nonzero` counts on the device,
+synchronizes, then runs `nonzero_static`; `masked_select` and indexing with boolean
+masks go through the same count, as ATen's CPU kernels go through `nonzero`. Their
+results are computed at a bucketed size (powers of two) and returned as views of the
+first n rows, so a loop over varying counts compiles a few executables, not one per
+count. Assigning through a single boolean mask (`x[mask] = v`) stays on the device.
 """
 from __future__ import annotations
 
@@ -91,12 +93,24 @@ def nonzero_static(self, size, fill_value=-1):
     return jnp.where(valid[:, None], coords, jnp.asarray(fill_value, jnp.int64))
 
 
+def bucket(n: int) -> int:
+    """The static size computed for a data-dependent count `n`: `n` rounded up to a
+    power of two, so that varying counts compile O(log n) executables, not one each."""
+    return n if n <= 8 else 1 << (n - 1).bit_length()
+
+
+def _count_nonzero(self) -> int:
+    """The number of nonzero elements (synchronizes)."""
+    return int(aten.count_nonzero.dim_IntList(self, list(range(self.dim()))).item())
+
+
 @host_kernel(aten.nonzero.default)
 def nonzero(self):
     """`aten::nonzero` (`torch.nonzero`, `argwhere`): counts the nonzero elements on
-    the device, synchronizes, and returns their (n, ndim) int64 coordinates."""
-    n = int(aten.count_nonzero.dim_IntList(self, list(range(self.dim()))).item())
-    return aten.nonzero_static.default(self, size=n, fill_value=-1)
+    the device, synchronizes, and returns their (n, ndim) int64 coordinates (a view
+    of the first n rows of a bucket-sized result)."""
+    n = _count_nonzero(self)
+    return aten.nonzero_static.default(self, size=bucket(n), fill_value=-1)[:n]
 
 
 # ------------------------------------------------------------------ advanced indexing
@@ -142,11 +156,7 @@ def _expand_masks(self, indices):
         if idx.dtype == torch.uint8:
             warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
                           "instead.", stacklevel=3)
-        for j in range(idx.dim()):
-            if dim + j >= self.dim() or idx.shape[j] != self.shape[dim + j]:
-                raise IndexError(
-                    f"The shape of the mask {list(idx.shape)} at index {j} does not match the shape of the "
-                    f"indexed tensor {list(self.shape)} at index {dim + j}")
+        check_mask_shape(idx.shape, self.shape, dim)
         if idx.dim() == 0:
             self = self.unsqueeze(dim)
             n = int(bool(idx.item()))
@@ -156,6 +166,14 @@ def _expand_masks(self, indices):
         out.extend(aten.nonzero.default(idx).unbind(1))
         dim += idx.dim()
     return self, out
+
+
+def check_mask_shape(mask_shape, shape, dim: int) -> None:
+    """IndexError, worded as ATen's, unless a mask matches `shape` from `dim` on."""
+    for j, n in enumerate(mask_shape):
+        if dim + j >= len(shape) or n != shape[dim + j]:
+            raise IndexError(f"The shape of the mask {list(mask_shape)} at index {j} does not match the shape of "
+                             f"the indexed tensor {list(shape)} at index {dim + j}")
 
 
 def _on_device(self, indices):
@@ -173,9 +191,23 @@ def index_host(self, indices):
     number of True elements); integer indices run the lowering directly. CPU index
     tensors are accepted, as CUDA does."""
     indices = _on_device(self, indices)
+    single = _single_mask(indices)
+    if single is not None and single[1].dim() > 0:
+        return _index_single_mask(self, indices, *single)
     if _has_mask(indices):
         self, indices = _expand_masks(self, indices)
     return lowered(aten.index.Tensor)(self, indices)
+
+
+def _index_single_mask(self, indices, pos, mask):
+    """``self[(:,)*pos + (mask,)]``: gathers a bucket-sized result (padding rows read
+    index 0) and returns the view of its first n rows along the mask's dimension."""
+    dim = pos  # every index before the mask is a full slice
+    check_mask_shape(mask.shape, self.shape, dim)
+    n = _count_nonzero(mask)
+    coords = aten.nonzero_static.default(mask, size=bucket(n), fill_value=0)
+    expanded = list(indices[:pos]) + list(coords.unbind(1)) + list(indices[pos + 1:])
+    return lowered(aten.index.Tensor)(self, expanded).narrow(dim, 0, n)
 
 
 def _broadcast_error(values_shape, result_shape) -> RuntimeError:
@@ -214,10 +246,7 @@ def _mask_put(self, p, mask, values, accumulate):
     """`self[(:,)*p + (mask,)] = values` (or +=) without leaving the device: the k-th
     True element takes the k-th value along the mask's result dimension."""
     k = mask.ndim
-    for j in range(k):
-        if p + j >= self.ndim or mask.shape[j] != self.shape[p + j]:
-            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the shape of "
-                             f"the indexed tensor {list(self.shape)} at index {p + j}")
+    check_mask_shape(mask.shape, self.shape, p)
     pre, post = self.shape[:p], self.shape[p + k:]
     rank = len(pre) + 1 + len(post)  # rank of the indexing result (pre, nnz, post)
     vshape = tuple(values.shape)
@@ -258,12 +287,15 @@ def index_put_value(self, indices, values, accumulate=False):
     if _indexes_empty_dim(self, indices):  # nothing to write, or out of range (checked)
         return self
     result_shape = jnp.zeros(self.shape, jnp.bool_)[key].shape  # evaluated at trace time
+    given = values.shape
+    while values.ndim > len(result_shape) and values.shape[0] == 1:
+        values = values.reshape(values.shape[1:])
     try:
-        np.broadcast_shapes(values.shape, result_shape)
-        if len(values.shape) > len(result_shape):
+        if values.ndim > len(result_shape):
             raise ValueError
+        np.broadcast_shapes(values.shape, result_shape)
     except ValueError:
-        raise _broadcast_error(values.shape, result_shape) from None
+        raise _broadcast_error(given, result_shape) from None
     if accumulate:
         if self.dtype == jnp.bool_:
             return self.at[key].max(values)

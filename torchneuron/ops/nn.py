@@ -45,10 +45,6 @@ def _require_float(x, kernel: str, allowed=()):
         raise NotImplementedError(f'"{kernel}" not implemented for \'{name}\'')
 
 
-def _out(i: int = 0):
-    return context().out_dtype(i)
-
-
 def _reduce(loss, reduction: int):
     """ATen's apply_loss_reduction: none, mean or sum of an elementwise loss."""
     if reduction == _MEAN:
@@ -74,7 +70,7 @@ def _softmax_dim(x, dim):
 @lowering(aten._softmax.default)
 def softmax(self, dim, half_to_float):
     """aten::_softmax: exp(x - max) / sum along `dim`; rows of -inf give NaN like CPU.
-    half_to_float returns float32 for a float16/bfloat16 input."""
+    half_to_float (float32 output for a half input) works as on CUDA; CPU rejects it."""
     _require_float(self, "softmax_lastdim_kernel_impl")
     x, d = _softmax_dim(_acc(self), dim)
     e = jnp.exp(x - jnp.max(x, axis=d, keepdims=True))
@@ -236,34 +232,34 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
     return _reduce(loss, reduction)
 
 
-@lowering(aten.smooth_l1_loss.default)
+@lowering(aten.smooth_l1_loss.default, static=("beta",))
 def smooth_l1_loss(self, target, reduction=_MEAN, beta=1.0):
     """aten::smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta
     (plain L1 for beta == 0)."""
     d = jnp.abs(_acc(self) - _acc(target))
-    if isinstance(beta, (int, float)) and beta == 0:
+    if beta == 0:
         return _reduce(d, reduction)
     return _reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
 
 
-@lowering(aten.smooth_l1_loss_backward.default)
+@lowering(aten.smooth_l1_loss_backward.default, static=("beta",))
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
     """aten::smooth_l1_loss_backward: -g / g / d g / beta for d <= -beta / d >= beta /
     between (CPU's order of cases, so beta == 0 and d == 0 gives -g)."""
     d = _acc(self) - _acc(target)
     g = _grad_scale(grad_output, d.size, reduction)
-    inner = d * g / beta if not (isinstance(beta, (int, float)) and beta == 0) else jnp.zeros_like(d)
+    inner = d * g / beta if beta != 0 else jnp.zeros_like(d)
     return jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, inner))
 
 
-@lowering(aten.huber_loss.default)
+@lowering(aten.huber_loss.default, static=("delta",))
 def huber_loss(self, target, reduction=_MEAN, delta=1.0):
     """aten::huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)."""
     d = jnp.abs(_acc(self) - _acc(target))
     return _reduce(jnp.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
 
-@lowering(aten.huber_loss_backward.default)
+@lowering(aten.huber_loss_backward.default, static=("delta",))
 def huber_loss_backward(grad_output, self, target, reduction, delta):
     """aten::huber_loss_backward: -delta g / delta g / d g by CPU's case order."""
     d = _acc(self) - _acc(target)
@@ -413,6 +409,14 @@ def native_batch_norm_legit(input, weight, bias, running_mean, running_var, trai
     return (out, m, s), updates
 
 
+@lowering(aten._native_batch_norm_legit_functional.default)
+def native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """aten::_native_batch_norm_legit_functional (functionalized graphs): (out,
+    save_mean, save_invstd, new running_mean, new running_var)."""
+    out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return out, m, s, updates["running_mean"], updates["running_var"]
+
+
 @lowering(aten._native_batch_norm_legit.no_stats)
 def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     """aten::_native_batch_norm_legit.no_stats: batch statistics, no running stats."""
@@ -544,13 +548,11 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
 
 
 # ------------------------------------------------------------------ pooling
-def _window_geometry(in_sizes, out_sizes, kernel, stride, padding, dilation):
+def _window_geometry(out_sizes, kernel, stride, padding, dilation):
     """Per spatial dim and kernel offset j: (padded start, input coordinates (O,)).
     Coordinates of output o are o * stride - padding + j * dilation."""
-    dims = []
-    for n_in, n_out, k, s, p, d in zip(in_sizes, out_sizes, kernel, stride, padding, dilation):
-        dims.append([(j * d, np.arange(n_out) * s - p + j * d) for j in range(k)])
-    return dims
+    return [[(j * d, np.arange(n_out) * s - p + j * d) for j in range(k)]
+            for n_out, k, s, p, d in zip(out_sizes, kernel, stride, padding, dilation)]
 
 
 def _pad_for_windows(x, in_sizes, out_sizes, kernel, stride, padding, dilation, value):
@@ -592,7 +594,7 @@ def _max_pool(self, nsp, kernel_size, stride, padding, dilation):
     x = _acc(self) if jnp.issubdtype(self.dtype, jnp.floating) else self
     fill = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     xp = _pad_for_windows(x, in_sizes, out_sizes, kernel, stride, padding, dilation, fill)
-    geometry = _window_geometry(in_sizes, out_sizes, kernel, stride, padding, dilation)
+    geometry = _window_geometry(out_sizes, kernel, stride, padding, dilation)
     plane_strides = [int(np.prod(in_sizes[i + 1:])) for i in range(nsp)]
 
     def grid(per_dim):

@@ -55,8 +55,13 @@ def _require_floating(dtype, kernel: str):
 
 
 def _uniform(shape, dtype, low=0.0, high=1.0):
-    d = _float_sample_dtype(dtype)
-    return jax.random.uniform(_key(), shape, d, low, high).astype(dtype)
+    """U[low, high) in `dtype`; a half-precision draw that rounds up to `high` is moved
+    to the largest value below it, keeping the interval half-open."""
+    u = jax.random.uniform(_key(), shape, _float_sample_dtype(dtype), low, high).astype(dtype)
+    if jnp.dtype(dtype) not in _HALF or low == high:
+        return u
+    top = jnp.asarray(high, dtype)
+    return jnp.where(u >= top, jnp.nextafter(top, jnp.asarray(low, dtype)), u)
 
 
 def _standard_normal(shape, dtype):
@@ -276,15 +281,20 @@ def native_dropout(input, p, train):
     scale = 0.0 if keep_p == 0 else 1.0 / keep_p
     mask = jax.random.bernoulli(_key(), keep_p, input.shape)
     compute = _float_sample_dtype(input.dtype) if jnp.issubdtype(input.dtype, jnp.floating) else input.dtype
-    out = (input * mask.astype(input.dtype)).astype(compute) * scale
-    return out.astype(input.dtype), mask
+    return (_times_mask(input, mask).astype(compute) * scale).astype(input.dtype), mask
+
+
+def _times_mask(x, mask):
+    """x * mask with IEEE semantics (NaN * 0 = NaN): XLA would rewrite a product with a
+    converted predicate into a select, dropping NaNs that CPU keeps."""
+    return jnp.where(mask, x, x * 0)
 
 
 @lowering(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
     """aten::native_dropout_backward: grad_output * mask * scale."""
     g = grad_output.astype(_float_sample_dtype(grad_output.dtype))
-    return g * mask.astype(g.dtype) * scale
+    return _times_mask(g, mask) * scale
 
 
 # ------------------------------------------------------------------ permutations, sampling

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from torch._prims_common import canonicalize_dim
 
-from .indexing import host_kernel, lowered
+from .indexing import bucket, host_kernel, lowered
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -99,8 +100,12 @@ def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
 
 @lowering(aten.select_scatter.default)
 def select_scatter(self, src, dim, index):
-    """`aten::select_scatter`: `self` with ``self.select(dim, index) = src``."""
+    """`aten::select_scatter`: `self` with ``self.select(dim, index) = src``;
+    IndexError for an index out of range, as `select` raises."""
     d = dim % self.ndim
+    if not -self.shape[d] <= index < self.shape[d]:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(self.shape)} at "
+                         f"dimension {d}")
     return self.at[(slice(None),) * d + (index % self.shape[d],)].set(src.astype(self.dtype))
 
 
@@ -172,15 +177,16 @@ def _groups(rows, order, return_inverse, return_counts, inverse_shape):
         # x != x keeps every NaN apart, as ATen's comparisons do.
         starts[1:] = (ordered[1:] != ordered[:-1]).any(dim=1)
     k = int(starts.sum().item())
-    first = aten.nonzero_static.default(starts, size=k)[:, 0]
+    # Bucket-sized (static shapes for few distinct k), padded with n; views of k rows out.
+    first = aten.nonzero_static.default(starts, size=bucket(k), fill_value=n)[:, 0]
     inverse = counts = _empty_long(dev)
     if return_inverse:
         group = starts.cumsum(0) - 1
         inverse = group if order is None else torch.empty_like(group).scatter_(0, order, group)
         inverse = inverse.reshape(inverse_shape)
     if return_counts:
-        counts = torch.diff(first, append=torch.full((1,), n, dtype=torch.long, device=dev))
-    return ordered[first], inverse, counts
+        counts = torch.diff(first, append=torch.full((1,), n, dtype=torch.long, device=dev))[:k]
+    return ordered[first.clamp(max=n - 1)][:k], inverse, counts
 
 
 def _lexsort(rows):
@@ -230,7 +236,7 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 
 
 def _unique_dim(self, dim, sort, return_inverse, return_counts):
-    d = dim % max(self.dim(), 1)
+    d = canonicalize_dim(self.dim(), dim)  # IndexError for a bad dim, as on CPU
     if any(n == 0 for i, n in enumerate(self.shape) if i != d):
         raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     if self.numel() == 0:

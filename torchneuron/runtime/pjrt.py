@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Optional
 
 import jax
@@ -15,6 +16,18 @@ from .. import config
 
 # 64-bit types are exact on `neuron`: int64 and float64 never pass through 32 bits.
 jax.config.update("jax_enable_x64", True)
+
+# Eager executables are small and many; XLA's own persistent cache keeps them across
+# processes so a second run of a script skips their compilation. (Compiled graphs use
+# torchneuron's checksummed cache, torchneuron.compile.cache.)
+if config.CACHE_DIR and not jax.config.jax_compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", os.path.join(config.CACHE_DIR, "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+# JAX warns on every fork that a multithreaded client cannot survive it. DataLoader
+# workers fork all the time; a forked child refuses to use the device instead
+# (torch.neuron._lazy_init, as CUDA does), so the warning is only noise here.
+warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
 #: The process that started the PJRT client; None until then. A forked child inherits
 #: the client's state but not its threads, so it must not use it (see in_bad_fork).
@@ -37,6 +50,14 @@ def in_bad_fork() -> bool:
     """Whether this process is a fork of one that had started the PJRT client
     (`torch.cuda._is_in_bad_fork` semantics)."""
     return _init_pid is not None and _init_pid != os.getpid()
+
+
+def check_not_forked() -> None:
+    """RuntimeError (CUDA's) in a forked child of a process that had started the client:
+    the child has the client's state but none of its threads, so using it may hang."""
+    if in_bad_fork():
+        raise RuntimeError("Cannot re-initialize neuron in forked subprocess. To use neuron with "
+                           "multiprocessing, you must use the 'spawn' start method")
 
 
 def device(index: int):

@@ -10,7 +10,9 @@ from . import checks, dtypes, pjrt, storage, views
 
 def host_to_device(src: torch.Tensor, device_index: int):
     """A flat JAX buffer on `neuron:device_index` holding a CPU tensor's values in
-    row-major order. Copies the bytes first, so later writes to `src` are not seen."""
+    row-major order. Copies the bytes first, so later writes to `src` are not seen.
+    RuntimeError in a forked child of a device-using process (pjrt.check_not_forked)."""
+    pjrt.check_not_forked()
     host = dtypes.numpy_view(src.detach().contiguous()).reshape(-1).copy()
     return jax.device_put(host, pjrt.device(device_index))
 
@@ -25,8 +27,10 @@ def covers_storage(meta) -> bool:
 def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
     """The values of a `neuron` tensor as a NumPy array of its shape (blocks).
 
-    A synchronization point: raises pending device-side check failures first.
+    A synchronization point: raises pending device-side check failures first, and
+    refuses to run in a forked child of a device-using process (pjrt.check_not_forked).
     """
+    pjrt.check_not_forked()
     checks.raise_pending()
     handle, shape, stride, offset, dtype, index, nbytes = meta
     jdt = dtypes.to_jax(dtype)
