@@ -88,6 +88,13 @@ def test_gpt_resume_continues_like_uninterrupted_run(device, tmp_path):
     assert first.losses + second.losses == full.losses
 
 
+def test_gpt_checkpoint_written_on_neuron_resumes_on_cpu(tmp_path, tiny_gpt_cpu_losses):
+    config = replace(TINY_GPT, steps=6, out_dir=str(tmp_path))
+    gpt_train.train(replace(config, device="neuron", steps=3, ckpt_interval=3))
+    resumed = gpt_train.train(replace(config, device="cpu", resume=True))
+    _assert_losses_close(resumed.losses, tiny_gpt_cpu_losses[3:6])
+
+
 def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     # TINY_GPT's shapes, so the in-process part reuses the executables other tests compiled.
     flags = ["--batch-size", "4", "--seq-len", "16", "--n-layer", "1", "--n-head", "2", "--d-model", "32",

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import check_like_cpu, no_fallback
+from helpers import no_fallback
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool]
@@ -113,3 +113,19 @@ def test_common_factories_need_no_fallback():
     with no_fallback():
         assert torch.empty_like(torch.ones(2, 3, device="neuron")).shape == (2, 3)
         assert torch.empty(4, 5, device="neuron").shape == (4, 5)
+
+
+def test_compile_only_lowerings(monkeypatch):
+    # torch.compile graphs hold full_like and arange, which eager builds from empty + fill.
+    import torchneuron
+
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)  # no op may run outside the graph
+
+    def f(t):
+        return torch.full_like(t, 2.5) + torch.arange(t.shape[1], device=t.device), torch.zeros(3, device=t.device)
+
+    x = torch.randn(2, 4)
+    expected = f(x)
+    actual = torch.compile(f, backend="neuron")(x.to("neuron"))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e)

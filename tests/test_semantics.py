@@ -5,7 +5,6 @@ printing, `data_ptr` identity, default device and factories, `non_blocking`."""
 import pytest
 import torch
 
-import torchneuron
 from helpers import check, no_fallback
 
 VIEWS = {

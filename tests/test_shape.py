@@ -217,3 +217,21 @@ def test_print_runs_without_fallback():
         assert "device='neuron:0'" in r
         # The device suffix can move line breaks: compare the numbers' text.
         assert _words(s.replace("device='neuron:0'", "")) == _words(str(v)), (s, str(v))
+
+
+def test_compile_only_lowerings(monkeypatch):
+    # torch.compile graphs hold these CompositeExplicit ops, which eager decomposes.
+    import torchneuron
+
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)  # no op may run outside the graph
+
+    def f(t, i):
+        u = t.clone()
+        u[i] = 0.0
+        return t.repeat(2, 1, 3), torch.narrow_copy(t, 1, -3, 2), u, torch.stack([t, t]).flip(0)
+
+    x, i = _make((4, 5), seed=6), T([2, 0])
+    expected = f(x, i)
+    actual = torch.compile(f, backend="neuron")(to_neuron(x), to_neuron(i))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e)

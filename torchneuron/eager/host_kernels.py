@@ -2,7 +2,6 @@
 scalars. These are the eager synchronization points."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..runtime import checks, dtypes, pjrt, storage, transfer
@@ -13,9 +12,9 @@ _tensor_meta = None  # bound at install time
 _device_copy = None  # the OpKernel of copy_ between two neuron tensors
 
 
-def _stored(t: torch.Tensor) -> torch.Tensor:
-    """An alias of `t` without its lazy conjugate/negative bits: the values its
-    storage holds (the kernels below move stored values)."""
+def stored(t: torch.Tensor) -> torch.Tensor:
+    """An alias of `t` (same storage and geometry) without its lazy conjugate/negative
+    bits, i.e. the values its storage holds. Kernels move stored values."""
     if not (t.is_conj() or t.is_neg()):
         return t
     raw = t.view(t.shape)
@@ -24,9 +23,10 @@ def _stored(t: torch.Tensor) -> torch.Tensor:
     return raw
 
 
-def _conj_neg(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
-    """conj(t) and/or -t as a new tensor without lazy bits; on `neuron` through
-    lowered ops only (negating the imaginary half is conjugation)."""
+def conj_neg(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    """conj(t) if `conj`, negated if `neg`, as a new tensor without lazy bits (`t`
+    itself when neither). On `neuron` only lowered ops run: conjugation negates the
+    imaginary half of a view_as_real."""
     if not (conj or neg):
         return t
     out = t.clone()
@@ -49,14 +49,14 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         return _to_host(self, src)
     conj = src.is_conj() != self.is_conj()
     neg = src.is_neg() != self.is_neg()
-    return _copy_stored(_stored(self), _conj_neg(_stored(src), conj, neg), non_blocking)
+    return _copy_stored(stored(self), conj_neg(stored(src), conj, neg), non_blocking)
 
 
 def _to_host(self: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     host = transfer.device_to_host(src, _tensor_meta(src))
     if not host.flags.c_contiguous:
         host = host.copy()
-    self.copy_(_conj_neg(dtypes.from_numpy(host), src.is_conj(), src.is_neg()))
+    self.copy_(conj_neg(dtypes.from_numpy(host), src.is_conj(), src.is_neg()))
     return self
 
 

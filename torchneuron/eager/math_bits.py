@@ -36,7 +36,7 @@ def _has_bits(v) -> bool:
 
 
 def _resolved(t: torch.Tensor) -> torch.Tensor:
-    return host_kernels._conj_neg(host_kernels._stored(t), t.is_conj(), t.is_neg())
+    return host_kernels.conj_neg(host_kernels.stored(t), t.is_conj(), t.is_neg())
 
 
 def resolving(kernel, op: torch._ops.OpOverload):

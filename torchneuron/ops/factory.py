@@ -75,6 +75,12 @@ def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None
     return jnp.full(out.shape, jnp.asarray(fill_value).astype(out.dtype))
 
 
+@lowering(aten.full_like.default, eager=False)
+def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """`aten::full_like` in compiled graphs (eager: ATen's empty_like + fill_)."""
+    return full(None, fill_value)
+
+
 @lowering(aten.scalar_tensor.default)
 def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::scalar_tensor`: a 0-dim tensor holding `s`."""

@@ -1,9 +1,11 @@
 """Reduction, scan and sort lowerings: sum/mean/prod, extrema and their indices,
 variance, norms, any/all, cumulative ops, sort/topk and order statistics.
 
-Shapes, output dtypes and the errors for bad arguments (empty reductions without an
-identity, bad dims) come from PyTorch's meta kernels before a lowering runs; every
-lowering reduces without keepdim and reshapes to the output shape PyTorch computed.
+Shapes, output dtypes and most errors for bad arguments (bad dims, empty reductions
+without an identity) come from PyTorch's meta kernels before a lowering runs; the
+lowerings raise the errors CPU raises and the meta kernels do not (max() of an empty
+tensor, dtypes ATen's CPU kernels do not implement). Every lowering reduces without
+keepdim and reshapes to the output shape PyTorch computed.
 Half types accumulate in float32 and round once, as ATen's CPU kernels do. Floating
 extrema propagate NaN; sorts order NaN after +inf (before it when descending).
 """
@@ -76,6 +78,12 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     axes = _axes(dim, self.ndim)
     total = jnp.sum(self.astype(acc), axis=axes)
     return _shaped(total / jnp.asarray(_count(self.shape, axes), acc))
+
+
+@lowering(aten.mean.default, eager=False)
+def mean_all(self, dtype=None):
+    """`aten::mean` (all elements) in compiled graphs; eager goes through `mean.dim`."""
+    return mean(self, None)
 
 
 @lowering(aten.prod.dim_int)
@@ -325,12 +333,12 @@ def cumprod(self, dim, dtype=None):
     return _shaped(x if axis is None else jnp.cumprod(x, axis=axis))
 
 
-def _cum_extreme(self, values, indices, dim, largest):
-    """Running max/min with the index of where it was reached: a later equal element
-    or any NaN takes over (ATen's `x >= best || isnan(x)`)."""
+def _cum_extreme(self, dim, largest):
+    """(running max/min, int64 index of where it was reached) along `dim`: a later
+    equal element or any NaN takes over (ATen's `x >= best || isnan(x)`)."""
     axis = _axis(dim, self.ndim)
     if axis is None:
-        return (), {"values": self, "indices": jnp.zeros((), jnp.int64)}
+        return self, jnp.zeros((), jnp.int64)
     idx = lax.broadcasted_iota(jnp.int64, self.shape, axis)
     nan_aware = is_float(self.dtype)
 
@@ -342,21 +350,34 @@ def _cum_extreme(self, values, indices, dim, largest):
             take_b = take_b | jnp.isnan(bv)
         return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
 
-    v, i = lax.associative_scan(pick, (self, idx), axis=axis)
-    return (), {"values": v, "indices": i}
+    return lax.associative_scan(pick, (self, idx), axis=axis)
+
+
+@lowering(aten.cummax.default, eager=False)
+def cummax(self, dim):
+    """`aten::cummax` in compiled graphs (eager: ATen's wrapper + `_cummax_helper`)."""
+    return _cum_extreme(self, dim, True)
+
+
+@lowering(aten.cummin.default, eager=False)
+def cummin(self, dim):
+    """`aten::cummin` in compiled graphs."""
+    return _cum_extreme(self, dim, False)
 
 
 @lowering(aten._cummax_helper.default, mutates=True)
 def cummax_helper(self, values, indices, dim):
     """`aten::_cummax_helper` (behind `torch.cummax`): writes the running maximum
     and its int64 index along `dim` into `values` and `indices`."""
-    return _cum_extreme(self, values, indices, dim, True)
+    v, i = _cum_extreme(self, dim, True)
+    return (), {"values": v, "indices": i}
 
 
 @lowering(aten._cummin_helper.default, mutates=True)
 def cummin_helper(self, values, indices, dim):
     """`aten::_cummin_helper` (behind `torch.cummin`): the running minimum."""
-    return _cum_extreme(self, values, indices, dim, False)
+    v, i = _cum_extreme(self, dim, False)
+    return (), {"values": v, "indices": i}
 
 
 def _log_add_exp(a, b):
@@ -367,6 +388,7 @@ def _log_add_exp(a, b):
 
 
 @lowering(aten._logcumsumexp.default)
+@lowering(aten.logcumsumexp.default, eager=False)
 def logcumsumexp(self, dim):
     """`aten::_logcumsumexp` (behind `torch.logcumsumexp`): running log-sum-exp along
     `dim`, in float32 for half types; other non-float types are not implemented."""
@@ -407,6 +429,12 @@ def sort(self, stable=None, dim=-1, descending=False):
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
     v, i = sort_along(self, axis, descending)
     return _shaped(v, 0), _shaped(i, 1)
+
+
+@lowering(aten.sort.default, eager=False)
+def sort_default(self, dim=-1, descending=False):
+    """`aten::sort.default` in compiled graphs (eager: ATen's wrapper + `sort.stable`)."""
+    return sort(self, None, dim, descending)
 
 
 @lowering(aten.topk.default)
@@ -466,27 +494,28 @@ def _median(x, axis: int, ignore_nan: bool):
 def median(self):
     """`aten::median` (no dim): lower median of all elements; NaN if any is NaN or
     the tensor is empty."""
-    _median_dtype(self, "median_cpu")
-    if self.size == 0:
+    if self.size == 0:  # ATen returns before dispatching on the dtype
         return _shaped(jnp.asarray(jnp.nan))
+    _median_dtype(self, "median_cpu")
     return _shaped(_median(self.reshape(-1), 0, False)[0])
 
 
 @lowering(aten.nanmedian.default)
 def nanmedian(self):
     """`aten::nanmedian` (no dim): lower median ignoring NaN."""
-    _median_dtype(self, "median_cpu")
-    if self.size == 0:
+    if self.size == 0:  # ATen returns before dispatching on the dtype
         return _shaped(jnp.asarray(jnp.nan))
+    _median_dtype(self, "median_cpu")
     return _shaped(_median(self.reshape(-1), 0, True)[0])
 
 
 def _median_dim(self, dim, ignore_nan):
-    _median_dtype(self, "median_out")
     axis = _axis(dim, self.ndim)
+    if axis is not None:
+        _nonempty_dim(self, axis, "median")
+    _median_dtype(self, "median_out")
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
-    _nonempty_dim(self, axis, "median")
     if self.size == 0:
         return _shaped(jnp.zeros(context().out(0).shape), 0), _shaped(jnp.zeros(context().out(1).shape), 1)
     v, i = _median(self, axis, ignore_nan)

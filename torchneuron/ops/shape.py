@@ -63,13 +63,30 @@ def roll(self, shifts, dims=()):
 def constant_pad_nd(self, pad, value=0):
     """`aten::constant_pad_nd` (`F.pad` mode "constant"): pads (or, for negative
     amounts, crops) the last len(pad)/2 dims, pairs given last dim first."""
-    n = len(pad) // 2
-    config = [(0, 0, 0)] * (self.ndim - n)
-    config += [(pad[2 * (self.ndim - 1 - d)], pad[2 * (self.ndim - 1 - d) + 1], 0) for d in range(self.ndim - n, self.ndim)]
+    config = [(0, 0, 0)] * self.ndim
+    for i in range(len(pad) // 2):  # pair i pads dim -1 - i
+        config[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
     out = context().out()
     if 0 in out.shape:
         return jnp.zeros(out.shape, self.dtype)
     return lax.pad(self, jnp.asarray(value).astype(self.dtype), config)
+
+
+@lowering(aten.repeat.default, eager=False)
+def repeat(self, repeats):
+    """`aten::repeat` in compiled graphs (eager: ATen's expand + copy): `self` tiled
+    `repeats` times per dim, leading new dims for extra repeats."""
+    x = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
+    return jnp.tile(x, tuple(repeats))
+
+
+@lowering(aten.narrow_copy.default, eager=False)
+def narrow_copy(self, dim, start, length):
+    """`aten::narrow_copy` in compiled graphs: `length` elements from `start` along
+    `dim` (negative `start` counts from the end)."""
+    d = dim % self.ndim
+    start = start % self.shape[d] if start < 0 else start
+    return lax.slice_in_dim(self, start, start + length, axis=d)
 
 
 @lowering(aten.tril.default)

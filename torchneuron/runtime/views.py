@@ -11,7 +11,7 @@ slicing and fuses it into the op.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import jax.numpy as jnp
 import numpy as np
