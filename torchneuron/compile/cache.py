@@ -49,6 +49,10 @@ def _read(path: str, lowered):
 
 
 def _write(path: str, compiled) -> None:
+    if jax.config.jax_compilation_cache_dir:
+        # The user turned on JAX's persistent cache: it already keeps this executable,
+        # and one it deserialized cannot be serialized again.
+        return
     try:
         payload, _, _ = serialize_executable.serialize(compiled)
     except (ValueError, NotImplementedError) as e:
@@ -74,6 +78,8 @@ def load_or_compile(lowered):
             return _read(path, lowered), True
         except Exception as e:  # any unreadable entry is recompiled, never fatal
             log.warning("torchneuron: discarding unreadable executable cache entry %s (%s)", path, e)
+    # JAX's own persistent cache must stay off in this process (torchneuron never turns
+    # it on): an XLA:CPU executable it deserialized cannot be serialized again.
     compiled = lowered.compile()
     _write(path, compiled)
     return compiled, False

@@ -17,12 +17,6 @@ from .. import config
 # 64-bit types are exact on `neuron`: int64 and float64 never pass through 32 bits.
 jax.config.update("jax_enable_x64", True)
 
-# Eager executables are small and many; XLA's own persistent cache keeps them across
-# processes so a second run of a script skips their compilation. (Compiled graphs use
-# torchneuron's checksummed cache, torchneuron.compile.cache.)
-if config.CACHE_DIR and not jax.config.jax_compilation_cache_dir:
-    jax.config.update("jax_compilation_cache_dir", os.path.join(config.CACHE_DIR, "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 # JAX warns on every fork that a multithreaded client cannot survive it. DataLoader
 # workers fork all the time; a forked child refuses to use the device instead
