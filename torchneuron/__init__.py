@@ -38,9 +38,10 @@ def install() -> None:
     from .eager import install as eager_install
 
     eager_install.install()
-    from . import safetensors_device
+    from . import printing, safetensors_device
 
     safetensors_device.install()
+    printing.install()
 
 
 def fallback_ops() -> dict:

@@ -166,6 +166,7 @@ class OpKernel:
         tensors = []
         metas = []
         dyn = []
+        offsets = []
         device = None
         slots: Dict[int, int] = {}
         buffers = _buffers
@@ -202,7 +203,13 @@ class OpKernel:
                     if slot is None:
                         slot = slots[handle] = len(slots)
                     buf = buffers.get(handle)
-                    sub.append((slot,) + meta[1:] + (_TO_JAX[meta[4]] if buf is None else buf.dtype,))
+                    # A nonzero storage offset is an argument of the executable, not
+                    # part of its key: moving a view (x[i] in a loop) reuses it.
+                    offset = meta[3]
+                    if offset:
+                        offsets.append(offset)
+                    sub.append((slot, meta[1], meta[2], offset == 0) + meta[4:]
+                               + (_TO_JAX[meta[4]] if buf is None else buf.dtype,))
                     tensors.append(t)
                     metas.append(meta)
                 key.append(sub[0] if kind == TENSOR else tuple(sub))
@@ -227,6 +234,8 @@ class OpKernel:
             if not tensors and any(k is not None and k[0] == "c" for k in key if isinstance(k, tuple) and k):
                 raise RuntimeError(f"{self.op}: expected a neuron tensor argument")
             device = _extension.load().current_device()
+        if offsets:
+            dyn.append(np.array(offsets, dtype=np.int64))
         return tuple(key), tensors, metas, dyn, device
 
     def _host_scalar(self, t, device, dyn):
@@ -300,10 +309,14 @@ class OpKernel:
         slots: Dict[int, int] = {}
         first: Dict[int, int] = {}  # slot -> index of the first tensor using it
         geometry = []
+        dynamic_offsets = 0  # nonzero offsets arrive as one int64 array, the last dynamic value
         for j, meta in enumerate(metas):
             handle, shape, stride, offset, dtype, index, nbytes = meta
             slot = slots.setdefault(handle, len(slots))
             first.setdefault(slot, j)
+            if offset:
+                offset = ("dynamic", dynamic_offsets)
+                dynamic_offsets += 1
             geometry.append((slot, shape, stride, offset, dtypes.to_jax(dtype)))
         n_slots = len(slots)
         lengths = {}
@@ -315,7 +328,7 @@ class OpKernel:
             buf_dtypes[slot] = bdt
             lengths[slot] = meta[6] // np.dtype(bdt).itemsize
 
-        write_targets = self._write_targets(values, tensors, slots)
+        write_targets = self._write_targets(values, tensors, slots, geometry)
         write_slots = sorted({w[1] for w in write_targets})
         # An out= tensor may also be an input (torch.mul(x, 2, out=x)): only its
         # occurrence as the out= argument, after the inputs in schema order, is unread.
@@ -330,7 +343,7 @@ class OpKernel:
             overlap.check([_tensor_meta(_at(values, w[0])) for w in write_targets], [metas[j] for j in read_pos])
         skip = set()
         for path, slot, shape, stride, offset, dt, src in write_targets:
-            covers = (offset == 0 and views.is_contiguous(shape, stride)
+            covers = (isinstance(offset, int) and offset == 0 and views.is_contiguous(shape, stride)
                       and int(np.prod(shape)) == lengths[slot] and buf_dtypes[slot] == dt)
             if slot not in read_slots and covers:
                 skip.add(slot)
@@ -354,6 +367,11 @@ class OpKernel:
             bufs = [None if s in skip else next(it_in) for s in range(n_slots)]
             dvals = list(inputs[n_in:n_in + n_dyn])
             rng = inputs[n_in + n_dyn:]
+            offsets = dvals.pop() if dynamic_offsets else None
+
+            def at(offset):
+                return offsets[offset[1]] if isinstance(offset, tuple) else offset
+
             it_geo = iter(geometry)
             it_dyn = iter(dvals)
 
@@ -363,7 +381,7 @@ class OpKernel:
                 if v is not _DEVICE_TENSOR:
                     return next(it_dyn)
                 slot, shape, stride, offset, dt = next(it_geo)
-                return views.read(bufs[slot], dt, shape, stride, offset)
+                return views.read(bufs[slot], dt, shape, stride, at(offset))
 
             args = []
             for i in in_idx:
@@ -401,7 +419,7 @@ class OpKernel:
                     if src[2] is not None:
                         value = value[src[2]]
                 base = new_bufs.get(slot, bufs[slot])
-                new_bufs[slot] = views.write(base, lengths[slot], dt, shape, stride, offset, value)
+                new_bufs[slot] = views.write(base, lengths[slot], dt, shape, stride, at(offset), value)
             outs = [new_bufs[s] for s in write_slots]
             flat_results = _flatten(results) if mode not in ("inplace", "out") else []
             for r, m in zip(flat_results, metas_out):
@@ -425,9 +443,10 @@ class OpKernel:
                       [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
                        for m in fresh_specs], check_info)
 
-    def _write_targets(self, values, tensors, slots):
+    def _write_targets(self, values, tensors, slots, geometry):
         """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
-        op writes; source is ("out", result index, list index) or ("upd", name, index)."""
+        op writes (offset as planned in `geometry`: 0 or a dynamic reference); source is
+        ("out", result index, list index) or ("upd", name, index)."""
         targets = []
 
         def add(t, path, src):
@@ -437,7 +456,8 @@ class OpKernel:
                     "Expected all tensors to be on the same device, but found at least two devices, "
                     f"neuron:{_extension.load().current_device()} and {t.device}! "
                     f"(when checking argument for {self.op})")
-            targets.append((path, slots[meta[0]], meta[1], meta[2], meta[3], dtypes.to_jax(meta[4]), src))
+            offset = geometry[next(j for j, x in enumerate(tensors) if x is t)][3]
+            targets.append((path, slots[meta[0]], meta[1], meta[2], offset, dtypes.to_jax(meta[4]), src))
 
         if self.mode == "inplace":
             v = values[0]

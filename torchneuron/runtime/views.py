@@ -84,11 +84,28 @@ def _box(shape: Shape, stride: Shape, offset: int):
     return offset, span, box, picks, order, dims
 
 
-def _padded_range(flat, start: int, span: int):
+def _static_zero(offset) -> bool:
+    return isinstance(offset, (int, np.integer)) and offset == 0
+
+
+def _range(flat, start, size: int):
+    """flat[start:start + size]; `start` is an int or a traced scalar (the executor
+    passes nonzero storage offsets dynamically so that moving a view does not
+    recompile). Reading past the end (a tensor that outgrew its storage, undefined in
+    PyTorch) reads zeros for a static start."""
     n = flat.shape[0]
-    if start + span > n:
-        flat = jnp.pad(flat, (0, start + span - n))
-    return lax.slice(flat, (start,), (start + span,))
+    if isinstance(start, (int, np.integer)):
+        if start + size > n:
+            flat = jnp.pad(flat, (0, start + size - n))
+        return lax.slice(flat, (start,), (start + size,))
+    if size > n:
+        flat = jnp.pad(flat, (0, size - n))
+    return lax.dynamic_slice(flat, (start,), (size,))
+
+
+def _extent(shape: Shape, stride: Shape) -> int:
+    """Elements from a view's first to its last element, inclusive."""
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n > 1)
 
 
 def _gather_index(shape: Shape, stride: Shape, offset: int):
@@ -112,23 +129,23 @@ def read(flat, dtype, shape: Shape, stride: Shape, offset: int):
     """The value of the view (shape, stride, offset) of `flat`, as an array of `shape`.
 
     flat: 1-D JAX array (the storage); dtype: the view's JAX dtype; offset and strides
-    in elements of `dtype`. Traced code: all geometry arguments are Python ints.
+    in elements of `dtype`. Traced code: shape and strides are Python ints, the offset
+    an int or a traced integer scalar.
     """
     flat = _as_dtype(flat, dtype)
     numel = int(np.prod(shape)) if shape else 1
     if numel == 0:
         return jnp.zeros(shape, dtype)
     if is_contiguous(shape, stride):
-        if offset == 0 and numel == flat.shape[0]:
+        if _static_zero(offset) and numel == flat.shape[0]:
             return flat.reshape(shape)
-        # Padded: a tensor may outgrow its storage (storage.resize_ to fewer bytes),
-        # reading past the end is undefined in PyTorch and reads zeros here.
-        return _padded_range(flat, offset, numel).reshape(shape)
+        return _range(flat, offset, numel).reshape(shape)
     plan = _box(shape, stride, offset)
     if plan is None:
         return flat[_gather_index(shape, stride, offset)]
     start, span, box, picks, order, dims = plan
-    block = _padded_range(flat, start, span).reshape(box)
+    extent = _extent(shape, stride)
+    block = jnp.pad(_range(flat, start, extent), (0, span - extent)).reshape(box)
     limits = [p if p is not None else 1 for p in picks]
     block = lax.slice(block, (0,) * len(box), limits)
     block = block.reshape([p for p in picks if p is not None])
@@ -154,7 +171,7 @@ def write(flat: Optional[jnp.ndarray], length: int, dtype, shape: Shape, stride:
     if numel == 0:
         return flat
     if is_contiguous(shape, stride):
-        if offset == 0 and numel == flat.shape[0]:
+        if _static_zero(offset) and numel == flat.shape[0]:
             return value.reshape(-1)
         return lax.dynamic_update_slice(flat, value.reshape(-1), (offset,))
     plan = _box(shape, stride, offset)
@@ -162,13 +179,13 @@ def write(flat: Optional[jnp.ndarray], length: int, dtype, shape: Shape, stride:
         idx = _gather_index(shape, stride, offset).reshape(-1)
         return flat.at[idx].set(value.reshape(-1), mode="promise_in_bounds")
     start, span, box, picks, order, dims = plan
-    n = flat.shape[0]
-    padded = jnp.pad(flat, (0, max(0, start + span - n)))
-    block = lax.slice(padded, (start,), (start + span,)).reshape(box)
+    extent = _extent(shape, stride)
+    block = jnp.pad(_range(flat, start, extent), (0, span - extent)).reshape(box)
     kept_shape = [shape[d] for d in sorted(dims)]
     inv = np.argsort(order)
     part = value.reshape(kept_shape).transpose(inv)
     part = part.reshape([p if p is not None else 1 for p in picks])
     block = lax.dynamic_update_slice(block, part, (0,) * len(box))
-    padded = lax.dynamic_update_slice(padded, block.reshape(-1), (start,))
-    return padded[:n] if padded.shape[0] != n else padded
+    if isinstance(start, (int, np.integer)):
+        extent = min(extent, flat.shape[0] - start)  # never write past the storage
+    return lax.dynamic_update_slice(flat, block.reshape(-1)[:extent], (start,))
