@@ -23,6 +23,7 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
@@ -659,6 +660,144 @@ static py::object tensor_meta(const at::Tensor& t) {
                         storage.nbytes());
 }
 
+// A hashable key part for a static argument: lists become tuples, and numbers carry
+// their type (1 == 1.0 == True, yet they give different dtypes).
+static py::object freeze(PyObject* v) {
+  if (PyList_Check(v)) {
+    Py_ssize_t m = PyList_GET_SIZE(v);
+    py::tuple out(m);
+    for (Py_ssize_t j = 0; j < m; ++j) out[j] = freeze(PyList_GET_ITEM(v, j));
+    return out;
+  }
+  if (PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v)) {
+    return py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v))),
+                          py::reinterpret_borrow<py::object>(v));
+  }
+  return py::reinterpret_borrow<py::object>(v);
+}
+
+// The cache key of one eager call, computed in C++ because it runs for every op (see
+// torchneuron/eager/executor.py, OpKernel._signature, for the meaning of each part).
+// kinds: 0 tensor, 1 tensor list, 2 dynamic scalar, 3 dynamic scalar list, 4 generator,
+// 5 static. Returns None for calls the Python path must handle: a tensor that is not on
+// `neuron` (CPU scalars, device errors), tensors on several devices, a tensor given for a
+// scalar. Returns (key, tensors, metas, dynamic values, device index or -1).
+static py::object fast_signature(const py::list& values, const py::tuple& kinds, const py::tuple& defaults,
+                                 const py::dict& buffers, const py::dict& to_jax) {
+  py::list key, tensors, metas, dyn, offsets;
+  py::dict slots;
+  int device = -1;
+  const Py_ssize_t n = PyList_GET_SIZE(values.ptr());
+  PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
+  auto add_tensor = [&](PyObject* obj) -> bool {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!t.is_privateuseone()) return false;
+    int index = static_cast<int>(t.device().index());
+    if (device < 0) {
+      device = index;
+    } else if (device != index) {
+      return false;
+    }
+    auto* impl = t.unsafeGetTensorImpl();
+    const auto& storage = impl->unsafe_storage();
+    py::int_ handle(reinterpret_cast<uint64_t>(storage.data()));
+    py::tuple sizes(t.dim()), strides(t.dim());
+    for (int64_t i = 0; i < t.dim(); ++i) {
+      sizes[i] = py::int_(t.size(i));
+      strides[i] = py::int_(t.stride(i));
+    }
+    int64_t offset = impl->storage_offset();
+    py::object dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
+    py::int_ nbytes(storage.nbytes());
+    py::object slot;
+    PyObject* found = PyDict_GetItem(slots.ptr(), handle.ptr());
+    if (found) {
+      slot = py::reinterpret_borrow<py::object>(found);
+    } else {
+      slot = py::int_(PyDict_GET_SIZE(slots.ptr()));
+      slots[handle] = slot;
+    }
+    PyObject* buf = PyDict_GetItem(buffers.ptr(), handle.ptr());
+    py::object buf_dtype;
+    if (buf) {
+      buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttrString(buf, "dtype"));
+      if (!buf_dtype) throw py::error_already_set();
+    } else {
+      buf_dtype = py::reinterpret_borrow<py::object>(PyDict_GetItem(to_jax.ptr(), dtype.ptr()));
+    }
+    if (offset) offsets.append(py::int_(offset));
+    key.append(slot);
+    key.append(sizes);
+    key.append(strides);
+    key.append(py::bool_(offset == 0));
+    key.append(dtype);
+    key.append(py::int_(index));
+    key.append(nbytes);
+    key.append(buf_dtype);
+    tensors.append(py::reinterpret_borrow<py::object>(obj));
+    metas.append(py::make_tuple(handle, sizes, strides, offset, dtype, index, nbytes));
+    return true;
+  };
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v = PyList_GET_ITEM(values.ptr(), i);
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(kinds.ptr(), i));
+    if (kind == 0) {
+      if (v == Py_None) {
+        key.append(py::none());
+      } else if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(tensor_type))) {
+        if (!add_tensor(v)) return py::none();
+      } else {  // a wrapped Python number
+        key.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v))));
+        dyn.append(py::reinterpret_borrow<py::object>(v));
+      }
+    } else if (kind == 1) {
+      py::object seq = py::reinterpret_steal<py::object>(PySequence_Fast(v, "expected a list of tensors"));
+      if (!seq) throw py::error_already_set();
+      Py_ssize_t m = PySequence_Fast_GET_SIZE(seq.ptr());
+      key.append(py::int_(m));
+      for (Py_ssize_t j = 0; j < m; ++j) {
+        PyObject* item = PySequence_Fast_GET_ITEM(seq.ptr(), j);
+        if (item == Py_None) {
+          key.append(py::none());
+        } else if (!PyObject_TypeCheck(item, reinterpret_cast<PyTypeObject*>(tensor_type)) || !add_tensor(item)) {
+          return py::none();
+        }
+      }
+    } else if (kind == 2) {
+      PyObject* d = PyTuple_GET_ITEM(defaults.ptr(), i);
+      if (v == Py_None) {
+        key.append(py::none());
+      } else if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(tensor_type))) {
+        return py::none();
+      } else if (d != Py_None && Py_TYPE(v) == Py_TYPE(d) && PyObject_RichCompareBool(v, d, Py_EQ) == 1) {
+        key.append(py::str("v"));
+        key.append(py::reinterpret_borrow<py::object>(v));
+      } else {
+        key.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v))));
+        dyn.append(py::reinterpret_borrow<py::object>(v));
+      }
+    } else if (kind == 3) {
+      py::object seq = py::reinterpret_steal<py::object>(PySequence_Fast(v, "expected a list of scalars"));
+      if (!seq) throw py::error_already_set();
+      Py_ssize_t m = PySequence_Fast_GET_SIZE(seq.ptr());
+      key.append(py::int_(m));
+      for (Py_ssize_t j = 0; j < m; ++j) {
+        PyObject* item = PySequence_Fast_GET_ITEM(seq.ptr(), j);
+        key.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(item))));
+        dyn.append(py::reinterpret_borrow<py::object>(item));
+      }
+    } else if (kind == 4) {
+      key.append(py::str("g"));
+    } else {
+      key.append(freeze(v));
+    }
+  }
+  if (PyList_GET_SIZE(offsets.ptr())) {
+    dyn.append(offsets);
+  }
+  return py::make_tuple(py::tuple(key), tensors, metas, dyn, device);
+}
+
 // The statistics of torch.cuda.memory_stats() that apply to `neuron`, with its keys.
 static py::dict device_stats(int index) {
   const DeviceStats& s = stats_of(static_cast<c10::DeviceIndex>(index));
@@ -703,6 +842,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_hooks", &register_hooks);
   m.def("set_callbacks", &set_callbacks);
   m.def("tensor_meta", &tensor_meta);
+  m.def("fast_signature", &fast_signature);
   m.def("device_stats", &device_stats);
   m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });

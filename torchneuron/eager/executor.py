@@ -31,6 +31,7 @@ from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
 
 _tensor_meta = None  # the C++ shim's tensor_meta, bound at install time
+_fast_signature = None  # the C++ shim's fast_signature, bound at install time
 _buffers = storage.buffers
 _TO_JAX = dtypes.TORCH_TO_JAX
 _devices = [torch.device("neuron", i) for i in range(64)]
@@ -140,6 +141,9 @@ class OpKernel:
         self.checks_overlap = mode in ("inplace", "out") and (
             torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
         self.cache: Dict[tuple, _Entry] = {}
+        self.kinds_t = tuple(self.kinds)
+        self.one_fresh = self.return_src == [None] and not self.single_list
+        self.defaults_t = tuple(self.defaults)
 
     # ------------------------------------------------------------------ call path
     def __call__(self, *args, **kwargs):
@@ -148,7 +152,15 @@ class OpKernel:
         if len(values) < n:
             for i in range(len(values), n):
                 values.append(kwargs.get(self.names[i], self.defaults[i]))
-        key, tensors, metas, dyn, device = self._signature(values)
+        fast = _fast_signature(values, self.kinds_t, self.defaults_t, _buffers, _TO_JAX)
+        if fast is None:
+            key, tensors, metas, dyn, device = self._signature(values)
+        else:
+            key, tensors, metas, dyn, device = fast
+            if dyn and type(dyn[-1]) is list:
+                dyn[-1] = np.array(dyn[-1], dtype=np.int64)
+            if device < 0:
+                device = _extension.load().current_device()
         entry = self.cache.get(key)
         if entry is None:
             entry = self._compile(values, tensors, metas, dyn, device)
@@ -251,13 +263,10 @@ class OpKernel:
 
     def _run(self, entry: _Entry, values, metas, dyn, device):
         buffers = _buffers
-        inputs = []
-        for j in entry.reads:
-            m = metas[j]
-            b = buffers.get(m[0])
-            if b is None:
-                b = storage.buffer(m[0], m[6], dtypes.to_jax(m[4]), device)
-            inputs.append(b)
+        inputs = [buffers.get(metas[j][0]) for j in entry.reads]
+        if None in inputs:  # storages never written yet read as zeros
+            inputs = [storage.buffer(metas[j][0], metas[j][6], dtypes.to_jax(metas[j][4]), device)
+                      for j in entry.reads]
         if dyn:
             inputs.extend(dyn)
         if self.lowering.random:
@@ -284,6 +293,8 @@ class OpKernel:
         return self._returns(values, results)
 
     def _returns(self, values, results):
+        if self.one_fresh:
+            return results[0]
         if not self.return_src:
             return None
         if self.single_list and self.return_src[0] is None:

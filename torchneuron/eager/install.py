@@ -38,6 +38,7 @@ def install() -> None:
         return
     shim = _extension.load()
     executor._tensor_meta = shim.tensor_meta
+    executor._fast_signature = shim.fast_signature
     host_kernels._tensor_meta = shim.tensor_meta
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401
