@@ -4,7 +4,9 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 from . import config
 
@@ -34,21 +36,32 @@ def load():
     """Returns the loaded shim module, building it on first use (about 30-60 s).
 
     The build lands in ``$TORCHNEURON_CACHE_DIR/extensions/<hash of source, torch and
-    Python versions>``; torch's extension builder serializes concurrent builds with a
-    file lock. Raises RuntimeError if the C++ compiler is missing.
+    Python versions>/torchneuron_C.so``. Concurrent first imports are safe: one process
+    builds under a file lock in a private directory and publishes the finished library
+    with an atomic rename, so no process ever loads a half-written file. Raises
+    RuntimeError if the C++ compiler is missing.
     """
     global _module
     if _module is not None:
         return _module
     build_dir = _build_dir()
     built = os.path.join(build_dir, "torchneuron_C.so")
-    if not os.path.exists(built):
-        _build(build_dir)
-    _module = _import(built)
+    if os.path.exists(built):
+        _module = _import(built)
+        return _module
+    from filelock import FileLock
+
+    os.makedirs(build_dir, exist_ok=True)
+    with FileLock(os.path.join(build_dir, "build.lock")):
+        if os.path.exists(built):
+            _module = _import(built)
+        else:
+            _module = _build(build_dir, built)
     return _module
 
 
-def _build(build_dir: str) -> None:
+def _build(build_dir: str, target: str):
+    """Builds the shim in a private directory, loads it, and publishes it at `target`."""
     # The builder warns about a missing CUDA runtime, which is irrelevant here.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
@@ -58,11 +71,16 @@ def _build(build_dir: str) -> None:
     bindir = os.path.dirname(sys.executable)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    os.makedirs(build_dir, exist_ok=True)
-    cpp_extension.load(
+    private = tempfile.mkdtemp(prefix="build-", dir=build_dir)
+    module = cpp_extension.load(
         name="torchneuron_C",
         sources=[_SOURCE],
-        build_directory=build_dir,
+        build_directory=private,
         extra_cflags=["-O2"],
         verbose=False,
     )
+    staged = target + f".{os.getpid()}.tmp"
+    shutil.copyfile(os.path.join(private, "torchneuron_C.so"), staged)
+    os.replace(staged, target)
+    shutil.rmtree(private, ignore_errors=True)
+    return module
