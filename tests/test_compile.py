@@ -246,3 +246,34 @@ def test_transformers_gpt2_tiny_forward_backward():
     torch.testing.assert_close(out.loss.cpu(), ref.loss, atol=1e-5, rtol=1e-5)
     for (name, p), q in zip(dev.named_parameters(), cpu.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+_lib = torch.library.Library("tnx_compile_test", "DEF")
+_lib.define("triple(Tensor x) -> Tensor")
+_lib.impl("triple", lambda x: x * 3, "CPU")
+_lib.impl("triple", lambda x: torch.empty_like(x), "Meta")
+
+
+def test_unlowered_op_is_partitioned_and_runs_through_fallback():
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x):
+        return torch.ops.tnx_compile_test.triple(torch.sin(x)) + 1
+
+    x = torch.randn(6)
+    out = torch.compile(f, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), torch.sin(x) * 3 + 1)
+    assert metrics.get("graph_partitions") >= 1
+    assert torchneuron.fallback_ops().get("tnx_compile_test.triple.default", 0) >= 1
+
+
+def test_unlowered_op_in_graph_raises_under_strict(monkeypatch):
+    torch._dynamo.reset()
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+
+    def f(x):
+        return torch.ops.tnx_compile_test.triple(x) * 2
+
+    with pytest.raises(Exception, match="TORCHNEURON_STRICT"):
+        torch.compile(f, backend="neuron")(torch.randn(3, device="neuron"))
