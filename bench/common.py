@@ -10,14 +10,18 @@ import time
 from typing import Callable, Dict
 
 
-def interleaved_min(configs: Dict[str, Callable[[], None]], repeats: int = 7, number: int = 1) -> Dict[str, float]:
+def interleaved_min(configs: Dict[str, Callable[[], None]], repeats: int = 7, number: int = 1,
+                    settle: float = 0.3) -> Dict[str, float]:
     """{name: minimum seconds per call} over `repeats` rounds of `number` calls each.
 
     Each callable must include its own synchronization (the benchmark measures work
-    completed, not work queued)."""
+    completed, not work queued). Before each timed block the process idles `settle`
+    seconds: XLA's and PyTorch's worker threads spin for a while after work, and on two
+    cores the previous configuration's spinning threads would slow the next one."""
     best = {name: float("inf") for name in configs}
     for _ in range(repeats):
         for name, fn in configs.items():
+            time.sleep(settle)
             start = time.perf_counter()
             for _ in range(number):
                 fn()
