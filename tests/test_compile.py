@@ -277,3 +277,18 @@ def test_unlowered_op_in_graph_raises_under_strict(monkeypatch):
 
     with pytest.raises(Exception, match="TORCHNEURON_STRICT"):
         torch.compile(f, backend="neuron")(torch.randn(3, device="neuron"))
+
+
+def test_default_backend_and_module_compile():
+    torch._dynamo.reset()
+    metrics.reset()
+    torch.compiler.set_default_backend("neuron")
+    try:
+        torch.manual_seed(0)
+        cpu, dev = _pair(MLP())
+        dev.compile()
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(dev(x.to("neuron")).cpu(), cpu(x), atol=1e-5, rtol=1e-5)
+        assert metrics.get("graphs_compiled") >= 1
+    finally:
+        torch.compiler.set_default_backend(None)
