@@ -85,3 +85,13 @@ def check_like_cpu(fn, *args, atol=None, rtol=None):
                 torch.neuron.synchronize()
         return None
     return check(fn, *args, atol=atol, rtol=rtol)
+
+
+def make(shape, dtype=torch.float32, seed=0):
+    """A reproducible CPU tensor of `dtype`: normal floats, integers in [0, 20), random bools."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(0, 20, shape, generator=g).to(dtype)

@@ -3,20 +3,13 @@ import warnings
 import pytest
 import torch
 
-from helpers import check, check_like_cpu, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron, make
 
 # Indexing moves elements without looking at them: a few dtypes of each kind suffice.
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int64, torch.uint8, torch.bool]
 T = torch.tensor
 
 
-def _make(shape, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(0, 20, shape, generator=g).to(dtype)
 
 
 def _put(t, key, value):
@@ -43,18 +36,18 @@ SWEEP_SMALL = {
 @pytest.mark.parametrize("name", list(SWEEP))
 def test_dtype_sweep(name, dtype):
     fn, index = SWEEP[name]
-    check(fn, _make((3, 4), dtype), index)
+    check(fn, make((3, 4), dtype), index)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8, torch.bool], ids=str)
 @pytest.mark.parametrize("name", list(SWEEP_SMALL))
 def test_dtype_sweep_small(name, dtype):
     fn, index = SWEEP_SMALL[name]
-    check(fn, _make((3, 4), dtype), index)
+    check(fn, make((3, 4), dtype), index)
 
 
 def test_index_integer_tensors():
-    x = _make((4, 5, 6), torch.float32)
+    x = make((4, 5, 6), torch.float32)
     check(lambda t, i: t[i], x, T([[0, -1], [3, 2]]))  # negative indices, 2-d index
     check(lambda t, i, j: t[i, j], x, T([0, 3, 1]), T([4]))  # broadcasting
     check(lambda t, i: t[:, i], x, T([1, 1, -5]))
@@ -64,14 +57,14 @@ def test_index_integer_tensors():
 
 
 def test_index_accepts_cpu_indices_like_cuda():
-    x = _make((4, 3), torch.float32)
+    x = make((4, 3), torch.float32)
     with no_fallback():
         out = to_neuron(x)[T([3, 0])]
     assert torch.equal(out.cpu(), x[T([3, 0])])
 
 
 def test_index_boolean_masks():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t: t[t > 0], x)
     check(lambda t, m: t[m], x, T([True, False, True, True]))
     check(lambda t, m: t[:, m], x, T([False, True, True, False, True]))
@@ -85,18 +78,18 @@ def test_index_boolean_masks():
 
 
 def test_index_put():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t, i: _put(t, i, 7.0), x, T([0, -1, 2]))
     check(lambda t, i, j, v: _put(t, (i, j), v), x, T([0, 3]), T([1, 1]), T([5.0, 6.0]))
     check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=True), x, T([1, 1, 3, 1]), torch.ones(4, 5))
     check(lambda t, i, v: torch.ops.aten.index_put_(t.clone(), [None, i], v, True), x, T([0, 0]), torch.ones(4, 2))
     check(lambda t, i, v: torch.index_put(t, (i,), v), x, T([2]), torch.arange(5.0))
-    check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=True), _make((6,), torch.bool), T([0, 0, 5]),
+    check(lambda t, i, v: t.clone().index_put_((i,), v, accumulate=True), make((6,), torch.bool), T([0, 0, 5]),
           T([True, False, True]))
 
 
 def test_index_put_boolean_masks():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t: _put(t, t > 0, 0.0), x)
     check(lambda t, v: _put(t, t > 0, v), x, torch.arange(float((x > 0).sum())))
     check(lambda t, m, v: _put(t, m, v), x, T([True, False, True, False]), torch.ones(2, 5))
@@ -108,7 +101,7 @@ def test_index_put_boolean_masks():
 
 
 def test_index_put_errors_like_cpu():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check_like_cpu(lambda t, i, v: t.clone().index_put_((i,), v), x, T([0, 1]), torch.ones(3))  # shape
     check_like_cpu(lambda t, i, v: t.clone().index_put_((i,), v), x, T([0, 1]), torch.ones(5, dtype=torch.float64))
     check_like_cpu(lambda t, v: _put(t, t > 0, v), x, torch.ones(100))  # too many values for the mask
@@ -143,7 +136,7 @@ OUT_OF_RANGE = {
 @pytest.mark.parametrize("name", list(OUT_OF_RANGE))
 def test_out_of_range_raises_like_cpu(name):
     exc, fn, index = OUT_OF_RANGE[name]
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     with pytest.raises(exc):
         fn(x.clone(), index)
     with warnings.catch_warnings():
@@ -157,7 +150,7 @@ def test_out_of_range_raises_like_cpu(name):
 
 
 def test_error_surfaces_at_synchronize():
-    t = to_neuron(_make((4, 5), torch.float32))
+    t = to_neuron(make((4, 5), torch.float32))
     out = torch.index_select(t, 0, T([7]).to("neuron"))
     with pytest.raises(IndexError):
         torch.neuron.synchronize()
@@ -165,7 +158,7 @@ def test_error_surfaces_at_synchronize():
 
 
 def test_gather_scatter():
-    x = _make((3, 4), torch.float32)
+    x = make((3, 4), torch.float32)
     i = T([[0, 2, 1, 0], [2, 2, 0, 1]])
     check(lambda t, i: t.gather(0, i), x, i)
     check(lambda t, i: t.gather(1, i[:, :2]), x, i)
@@ -180,9 +173,9 @@ def test_gather_scatter():
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_scatter_reduce_and_index_reduce(reduce, include_self):
-    x = _make((4, 3), torch.float32)
+    x = make((4, 3), torch.float32)
     x[0, 0] = float("nan")
-    src = _make((3, 3), torch.float32, seed=1)
+    src = make((3, 3), torch.float32, seed=1)
     check(lambda t, i, s: t.scatter_reduce(0, i, s, reduce, include_self=include_self), x,
           T([[0, 2, 0], [0, 3, 1], [2, 2, 2]]), src)
     if reduce == "mean":  # integer means floor
@@ -196,7 +189,7 @@ def test_scatter_reduce_and_index_reduce(reduce, include_self):
 
 
 def test_index_add_copy_fill():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, T([1, 1, 3]), torch.ones(3, 5))
     check(lambda t, i, s: t.index_add(1, i, s), x.int(), T([4, 4]), torch.ones(4, 2, dtype=torch.int32))
     check(lambda t, i, s: t.index_copy(1, i, s), x, T([4, 0]), torch.ones(4, 2))
@@ -206,7 +199,7 @@ def test_index_add_copy_fill():
 
 
 def test_take_put():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t, i: t.take(i), x, T([[0, -1], [7, 19]]))
     check(lambda t, i, s: t.put(i, s), x, T([0, -1, 7]), T([1.0, 2.0, 3.0]))
     check(lambda t, i, s: t.put(i, s, accumulate=True), x, T([0, 0, 7]), T([1.0, 2.0, 3.0]))
@@ -214,7 +207,7 @@ def test_take_put():
 
 
 def test_masked_ops():
-    x = _make((4, 5), torch.float32)
+    x = make((4, 5), torch.float32)
     check(lambda t: t.masked_fill(t > 0, float("-inf")), x)
     check(lambda t, m, v: t.masked_fill(m, v), x, T([True, False, True, False, True]), T(3.0))
     check(lambda t: t.clone().masked_fill_(t < 0, 2), x.t())
@@ -229,7 +222,7 @@ def test_masked_ops():
 
 
 def test_nonzero():
-    x = _make((3, 4), torch.int64) % 3
+    x = make((3, 4), torch.int64) % 3
     check(torch.nonzero, x)
     check(lambda t: torch.nonzero(t, as_tuple=True), x)
     check(torch.argwhere, x > 0)
@@ -245,23 +238,23 @@ def test_searchsorted_and_bucketize():
     check(lambda s, v: torch.searchsorted(s, v), seq, T([[0.5, 2.0], [2.5, 9.0]]))
     check(lambda s, v: torch.searchsorted(s, v, right=True), seq, T([2.0, 0.0, 5.0, float("nan")]))
     check(lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True), seq, T([2.0, 3.0]))
-    check(lambda s, v: torch.searchsorted(torch.sort(s, 1)[0], v), _make((3, 6), torch.float32),
-          _make((3, 2), torch.float32, seed=2))
+    check(lambda s, v: torch.searchsorted(torch.sort(s, 1)[0], v), make((3, 6), torch.float32),
+          make((3, 2), torch.float32, seed=2))
     check(lambda s, v, o: torch.searchsorted(s, v, sorter=o), T([2.0, 0.0, 1.0]), T([0.5, 2.5]), T([1, 2, 0]))
     check(lambda s: torch.searchsorted(s, 1.5), seq)
     check(lambda s, v: torch.searchsorted(s, v), torch.arange(7), T([3, -1, 10]))
-    check(lambda v, b: torch.bucketize(v, b), _make((3, 4), torch.float32), T([-1.0, 0.0, 1.0]))
+    check(lambda v, b: torch.bucketize(v, b), make((3, 4), torch.float32), T([-1.0, 0.0, 1.0]))
     check(lambda v, b: torch.bucketize(v, b, right=True, out_int32=True), T([-1.0, 0.0, 0.5]), T([-1.0, 0.0, 1.0]))
 
 
 def test_embedding_and_its_backward():
-    w = _make((6, 3), torch.float32)
+    w = make((6, 3), torch.float32)
     check(lambda w, i: torch.nn.functional.embedding(i, w), w, T([[0, 2], [5, 5]]))
     for kwargs in ({}, {"padding_idx": 2}, {"scale_grad_by_freq": True}):
         wc = w.clone().requires_grad_(True)
         wn = to_neuron(w).requires_grad_(True)
         idx = T([[0, 2, 2], [5, 2, 0]])
-        g = _make((2, 3, 3), torch.float32, seed=4)
+        g = make((2, 3, 3), torch.float32, seed=4)
         torch.nn.functional.embedding(idx, wc, **kwargs).backward(g)
         with no_fallback():
             torch.nn.functional.embedding(to_neuron(idx), wn, **kwargs).backward(to_neuron(g))
@@ -282,7 +275,7 @@ GRAD_OPS = {
 
 @pytest.mark.parametrize("name", list(GRAD_OPS))
 def test_gradients(name):
-    x = _make((3, 4), torch.float32, seed=5)
+    x = make((3, 4), torch.float32, seed=5)
     xc = x.clone().requires_grad_(True)
     GRAD_OPS[name](xc).backward()
     xn = to_neuron(x).requires_grad_(True)
@@ -292,7 +285,7 @@ def test_gradients(name):
 
 
 def test_noncontiguous_and_empty():
-    x = _make((6, 8), torch.float32)
+    x = make((6, 8), torch.float32)
     check(lambda t, i: t[::2, 1::2].t()[i], x, T([3, 0]))
     check(lambda t, i: t.t().gather(0, i), x, T([[0, 5], [1, 1]]))
     check(lambda t, i, v: _put(t.t(), i, v), x, T([7, 0]), torch.ones(6))

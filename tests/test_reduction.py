@@ -1,20 +1,13 @@
 import pytest
 import torch
 
-from helpers import check, check_like_cpu, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron, make
 
 ALL = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32,
        torch.int64, torch.uint8, torch.bool]
 NAN, INF = float("nan"), float("inf")
 
 
-def _make(shape, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(0, 20, shape, generator=g).to(dtype)
 
 
 def _tol(dtype):
@@ -43,13 +36,13 @@ SWEEP_SMALL = {
 @pytest.mark.parametrize("dtype", ALL, ids=str)
 @pytest.mark.parametrize("name", list(SWEEP))
 def test_dtype_sweep(name, dtype):
-    check_like_cpu(SWEEP[name], _make((3, 4), dtype), **_tol(dtype))
+    check_like_cpu(SWEEP[name], make((3, 4), dtype), **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.int32, torch.bool], ids=str)
 @pytest.mark.parametrize("name", list(SWEEP_SMALL))
 def test_dtype_sweep_small(name, dtype):
-    check_like_cpu(SWEEP_SMALL[name], _make((3, 4), dtype), **_tol(dtype))
+    check_like_cpu(SWEEP_SMALL[name], make((3, 4), dtype), **_tol(dtype))
 
 
 FLOAT_OPS = {
@@ -82,12 +75,12 @@ FLOAT_OPS = {
 
 @pytest.mark.parametrize("name", list(FLOAT_OPS))
 def test_float_ops(name):
-    check_like_cpu(FLOAT_OPS[name], _make((4, 5), torch.float32), atol=1e-5, rtol=1e-5)
+    check_like_cpu(FLOAT_OPS[name], make((4, 5), torch.float32), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["mean", "logsumexp", "logcumsumexp", "norm_fro"])
 def test_float_ops_bfloat16(name):
-    check_like_cpu(FLOAT_OPS[name], _make((4, 5), torch.bfloat16), atol=2e-2, rtol=2e-2)
+    check_like_cpu(FLOAT_OPS[name], make((4, 5), torch.bfloat16), atol=2e-2, rtol=2e-2)
 
 
 def test_half_types_accumulate_in_float32():
@@ -100,7 +93,7 @@ def test_half_types_accumulate_in_float32():
 
 def test_integer_and_bool_sums_are_int64():
     for dtype in (torch.bool, torch.int8, torch.uint8, torch.int32):
-        out = check(lambda t: t.sum(0), _make((5, 3), dtype))
+        out = check(lambda t: t.sum(0), make((5, 3), dtype))
         assert out.dtype == torch.int64
     check(lambda t: t.sum(dtype=torch.int8), torch.full((100,), 3, dtype=torch.int8))  # wraps like CPU
     check(lambda t: t.prod(), torch.full((70,), 2))  # int64 overflow wraps
@@ -157,7 +150,7 @@ def test_noncontiguous(name):
            "sort": lambda t: torch.sort(t, dim=0, stable=True), "cumsum": lambda t: t.cumsum(1),
            "var": lambda t: t.var(1),
            "argmax": lambda t: t.argmax(0), "norm": lambda t: torch.linalg.vector_norm(t, 2, dim=1)}
-    base = _make((6, 8), torch.float32)
+    base = make((6, 8), torch.float32)
     check(lambda b: ops[name](b[::2, 1::2].t()), base, atol=1e-5, rtol=1e-5)
 
 
@@ -202,7 +195,7 @@ def test_zero_dim(name):
 
 
 def test_out_and_inplace_variants():
-    x = _make((3, 4), torch.float32)
+    x = make((3, 4), torch.float32)
 
     def run(t):
         s = torch.empty(0, device=t.device)
@@ -240,7 +233,7 @@ GRAD_OPS = {
 
 @pytest.mark.parametrize("name", list(GRAD_OPS))
 def test_gradients(name):
-    _grads(GRAD_OPS[name], _make((4, 5), torch.float32, seed=3))
+    _grads(GRAD_OPS[name], make((4, 5), torch.float32, seed=3))
 
 
 def test_compile_only_lowerings(monkeypatch):
@@ -252,7 +245,7 @@ def test_compile_only_lowerings(monkeypatch):
     def f(t):
         return torch.sort(t, 1, descending=True)[0], t.cummax(1), t.cummin(0), t.logcumsumexp(1), t.mean()
 
-    x = _make((4, 5), torch.float32, seed=6)
+    x = make((4, 5), torch.float32, seed=6)
     expected = f(x)
     actual = torch.compile(f, backend="neuron")(to_neuron(x))
     for a, e in zip(actual, expected):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import check, check_like_cpu, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron, make
 
 T = torch.tensor
 NAN = float("nan")
@@ -9,13 +9,6 @@ DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int
           torch.int64, torch.uint8, torch.bool]
 
 
-def _make(shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(0, 20, shape, generator=g).to(dtype)
 
 
 SWEEP = {
@@ -34,17 +27,17 @@ SWEEP_SMALL = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(SWEEP))
 def test_dtype_sweep(name, dtype):
-    check_like_cpu(SWEEP[name], _make((3, 4), dtype))
+    check_like_cpu(SWEEP[name], make((3, 4), dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8, torch.bool], ids=str)
 @pytest.mark.parametrize("name", list(SWEEP_SMALL))
 def test_dtype_sweep_small(name, dtype):
-    check_like_cpu(SWEEP_SMALL[name], _make((3, 4), dtype))
+    check_like_cpu(SWEEP_SMALL[name], make((3, 4), dtype))
 
 
 def test_cat_and_stack():
-    x = _make((3, 4))
+    x = make((3, 4))
     check(lambda a, b: torch.cat([a, b], 1), x, x[:, :2])
     check(lambda a, b: torch.cat([a, b]), x, x.int())  # type promotion
     check(lambda a, b: torch.cat([a, b]), x, torch.empty(0))  # legacy: 1-d empty tensors are skipped
@@ -52,7 +45,7 @@ def test_cat_and_stack():
     check(lambda a: torch.stack([a, a, a], 2), x)
     check(lambda a: torch.hstack([a, a]), x)
     check(lambda a: torch.cat([a, a], 0), torch.empty(0, 4))
-    check_like_cpu(lambda a, b: torch.cat([a, b]), x, _make((3, 5)))  # size mismatch
+    check_like_cpu(lambda a, b: torch.cat([a, b]), x, make((3, 5)))  # size mismatch
 
     def out_variant(a):
         out = torch.empty(0, device=a.device)
@@ -63,7 +56,7 @@ def test_cat_and_stack():
 
 
 def test_flip_roll_rot90():
-    x = _make((3, 4, 2))
+    x = make((3, 4, 2))
     check(lambda a: a.flip(0, 2), x)
     check(lambda a: a.flip(-1), x.transpose(0, 2))
     check(lambda a: a.rot90(1, (0, 1)), x)
@@ -74,7 +67,7 @@ def test_flip_roll_rot90():
 
 
 def test_constant_pad():
-    x = _make((2, 3, 4))
+    x = make((2, 3, 4))
     check(lambda a: torch.nn.functional.pad(a, (1, 2, 0, 1), value=3.5), x)
     check(lambda a: torch.nn.functional.pad(a, (-1, 2, 1, -1)), x)  # negative pads crop
     check(lambda a: torch.nn.functional.pad(a, (0, 0, 0, 0, 2, 0)), x)
@@ -83,7 +76,7 @@ def test_constant_pad():
 
 
 def test_triangles():
-    x = _make((2, 4, 5))
+    x = make((2, 4, 5))
     for k in (-2, 0, 3):
         check(lambda a: a.tril(k), x)
         check(lambda a: a.triu(k), x)
@@ -92,7 +85,7 @@ def test_triangles():
 
 
 def test_scatter_ops_of_functionalization():
-    x = _make((4, 5))
+    x = make((4, 5))
     check(lambda a, b: torch.slice_scatter(a, b, 1, 1, 5, 2), x, torch.ones(4, 2))
     check(lambda a, b: torch.slice_scatter(a, b), x, torch.ones(4, 5))
     check(lambda a, b: torch.slice_scatter(a, b, 0, -2), x, torch.ones(2, 5))
@@ -100,13 +93,13 @@ def test_scatter_ops_of_functionalization():
     check(lambda a, b: torch.select_scatter(a, b, 0, 2), x, torch.arange(5.0))
     check(lambda a, b: torch.diagonal_scatter(a, b, 1), x, torch.ones(4))
     check(lambda a, b: torch.diagonal_scatter(a, b, -2, 1, 0), x, torch.ones(3))
-    check(lambda a, b: torch.diagonal_scatter(a, b, 0, 0, 2), _make((3, 2, 3)), torch.ones(2, 3))
+    check(lambda a, b: torch.diagonal_scatter(a, b, 0, 0, 2), make((3, 2, 3)), torch.ones(2, 3))
     check(lambda a, b: torch.as_strided_scatter(a, b, (2, 2), (5, 2), 1), x, torch.ones(2, 2))
     check_like_cpu(lambda a, b: torch.select_scatter(a, b, 0, 7), x, torch.ones(5))
 
 
 def test_repeat_interleave():
-    x = _make((4, 3))
+    x = make((4, 3))
     check(torch.repeat_interleave, T([1, 2, 0, 3]))
     check(lambda a, r: a.repeat_interleave(r, 0), x, T([1, 2, 0, 3]))
     check(lambda a, r: a.repeat_interleave(r, 1, output_size=4), x, T([2, 0, 2]))
@@ -162,7 +155,7 @@ def test_data_dependent_sizes_compile_per_bucket_not_per_count():
 
 
 def test_views_and_copies_need_no_fallback():
-    x = _make((4, 6))
+    x = make((4, 6))
     check(lambda a: [s.clone() for s in a.split(2)], x)
     check(lambda a: torch.split_with_sizes_copy(a, [1, 3]), x)
     check(lambda a: [s.clone() for s in a.tensor_split(3, 1)], x)
@@ -191,7 +184,7 @@ GRAD_OPS = {
 
 @pytest.mark.parametrize("name", list(GRAD_OPS))
 def test_gradients(name):
-    x = _make((4, 5), seed=2)
+    x = make((4, 5), seed=2)
     xc = x.clone().requires_grad_(True)
     GRAD_OPS[name](xc).backward()
     xn = to_neuron(x).requires_grad_(True)
@@ -206,7 +199,7 @@ def _words(text):
 
 def test_print_runs_without_fallback():
     values = [
-        _make((3, 4)), _make((3, 4), torch.int64), _make((3, 4), torch.bool), _make((3, 4), torch.bfloat16),
+        make((3, 4)), make((3, 4), torch.int64), make((3, 4), torch.bool), make((3, 4), torch.bfloat16),
         T(2.5), T(7), T([1.0, NAN, float("inf"), -float("inf"), 1e10, -0.0]), torch.empty(0, 3),
         torch.arange(1200.0),  # summarized: more than 1000 elements
     ]
@@ -230,7 +223,7 @@ def test_compile_only_lowerings(monkeypatch):
         u[i] = 0.0
         return t.repeat(2, 1, 3), torch.narrow_copy(t, 1, -3, 2), u, torch.stack([t, t]).flip(0)
 
-    x, i = _make((4, 5), seed=6), T([2, 0])
+    x, i = make((4, 5), seed=6), T([2, 0])
     expected = f(x, i)
     actual = torch.compile(f, backend="neuron")(to_neuron(x), to_neuron(i))
     for a, e in zip(actual, expected):

@@ -858,3 +858,58 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));
   });
 }
+
+// ================================================================ autocast
+// torch.autocast("neuron") follows CUDA's op policy: the same op lists (ATen's
+// AT_FORALL_* macros, which autocast_mode.cpp uses for AutocastCUDA) registered on
+// AutocastPrivateUse1. Ops on no list fall through to the next dispatch key, as on CUDA.
+// The default autocast dtype is bfloat16 (what Neuron hardware runs natively; fp16
+// needs a GradScaler): set below for the thread that loads the shim, which is where
+// `import torch` ran. PyTorch keeps this default per thread, so a thread started by the
+// user sees PyTorch's default (float16) unless it passes `dtype=`; autograd's threads
+// inherit the caller's.
+#include <ATen/autocast_mode.h>
+
+namespace torchneuron {
+
+// CUDA refuses binary_cross_entropy under autocast (a float16 input makes its log
+// overflow silently); so does `neuron`, pointing at the safe fused op.
+static at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                              int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast: a sigmoid "
+              "before them loses precision in lower-precision types. Use "
+              "torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss, which are safe "
+              "to autocast, or run the loss outside the autocast region on float32 inputs.");
+}
+
+static const bool g_autocast_bf16_default = [] {
+  at::autocast::set_autocast_dtype(at::kPrivateUse1, at::kBFloat16);
+  return true;
+}();
+
+}  // namespace torchneuron
+
+// Ops without a policy run unchanged in whatever dtypes they get.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  // The signature lists name ATen types unqualified.
+  using namespace at;
+#define TORCHNEURON_AUTOCAST_LOWER(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(TORCHNEURON_AUTOCAST_LOWER)
+#undef TORCHNEURON_AUTOCAST_LOWER
+#define TORCHNEURON_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(TORCHNEURON_AUTOCAST_FP32)
+#undef TORCHNEURON_AUTOCAST_FP32
+#define TORCHNEURON_AUTOCAST_FP32_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TORCHNEURON_AUTOCAST_FP32_OPT_DTYPE)
+#undef TORCHNEURON_AUTOCAST_FP32_OPT_DTYPE
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define TORCHNEURON_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(TORCHNEURON_AUTOCAST_PROMOTE)
+#undef TORCHNEURON_AUTOCAST_PROMOTE
+  m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(torchneuron::binary_cross_entropy_banned));
+}

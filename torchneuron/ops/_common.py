@@ -108,24 +108,10 @@ def is_float(d) -> bool:
     return _category(d) >= 2
 
 
-def float_type(d):
-    """The dtype unary float ops compute in: `d` if floating, else the default float."""
-    return jnp.dtype(d) if is_float(d) else default_float()
 
 
-def dims(dim, ndim: int) -> tuple:
-    """Normalizes an ATen `dim` argument (None, int or list; [] means all) to a tuple."""
-    if dim is None:
-        return tuple(range(ndim))
-    if isinstance(dim, int):
-        dim = [dim]
-    if len(dim) == 0:
-        return tuple(range(ndim))
-    return tuple(sorted(d % max(ndim, 1) for d in dim))
 
 
-def wrap_dim(d: int, ndim: int) -> int:
-    return d % max(ndim, 1)
 
 
 def acc_type(d):
