@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.fx
 
-from .. import config, metrics
+from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
 from ..runtime import dtypes, storage, transfer, views
@@ -161,7 +161,12 @@ class GraphExecutable:
             fn = self._compile(geometry, bufs + extra)
             self._execs[(geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")))] = fn
         metrics.count("graph_executions")
-        outs, mutations = fn(*bufs, *extra)
+        with profiler.record(f"neuron::graph::{self.name}"):
+            try:
+                outs, mutations = fn(*bufs, *extra)
+            except jax.errors.JaxRuntimeError as exc:
+                storage.raise_if_out_of_memory(exc, device)
+                raise
         results = []
         it = iter(outs)
         dev = torch.device("neuron", device)
@@ -190,11 +195,12 @@ class GraphExecutable:
 
     def _compile(self, geometry, example):
         start = time.perf_counter()
-        jitted = jax.jit(lambda *xs: self._interpret(geometry, *xs))
-        lowered = jitted.lower(*example)
-        if config.DUMP_DIR:
-            self._dump(lowered)
-        compiled, hit = cache.load_or_compile(lowered)
+        with profiler.record(f"neuron::compile_graph::{self.name}"):
+            jitted = jax.jit(lambda *xs: self._interpret(geometry, *xs))
+            lowered = jitted.lower(*example)
+            if config.DUMP_DIR:
+                self._dump(lowered)
+            compiled, hit = cache.load_or_compile(lowered)
         metrics.count("graph_cache_hits" if hit else "graph_cache_misses")
         metrics.count("graphs_compiled")
         metrics.add_time("graph_compile_seconds", time.perf_counter() - start)

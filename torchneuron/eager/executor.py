@@ -15,6 +15,7 @@ shapes, dtypes and strides that the executable then produces.
 """
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .. import _extension
+from .. import _extension, metrics, profiler
 from ..ops.registry import LOWERINGS, Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 
@@ -35,6 +36,9 @@ _fast_signature = None  # the C++ shim's fast_signature, bound at install time
 _buffers = storage.buffers
 _TO_JAX = dtypes.TORCH_TO_JAX
 _devices = [torch.device("neuron", i) for i in range(64)]
+_profiling = profiler.enabled
+#: Every OpKernel: `torchneuron.metrics` sums their entries' run counts when asked.
+kernels: List["OpKernel"] = []
 
 warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
 
@@ -94,7 +98,7 @@ def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpO
 class _Entry:
     """A compiled executable and what the executor needs to use its outputs."""
 
-    __slots__ = ("fn", "reads", "writes", "fresh", "checks")
+    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs")
 
     def __init__(self, fn, reads, writes, fresh, checks_):
         self.fn = fn
@@ -107,6 +111,8 @@ class _Entry:
         # an undefined tensor (a masked-out gradient), or an int for a SymInt output.
         self.fresh = fresh
         self.checks = checks_  # [(exc_type, message)] per device-side check flag
+        # Calls run so far: the hot path's only metrics cost is this increment.
+        self.runs = 0
 
 
 class OpKernel:
@@ -144,6 +150,8 @@ class OpKernel:
         self.kinds_t = tuple(self.kinds)
         self.one_fresh = self.return_src == [None] and not self.single_list
         self.defaults_t = tuple(self.defaults)
+        self.event = "neuron::op::" + op.name()
+        kernels.append(self)
 
     # ------------------------------------------------------------------ call path
     def __call__(self, *args, **kwargs):
@@ -163,12 +171,27 @@ class OpKernel:
                 device = _extension.load().current_device()
         entry = self.cache.get(key)
         if entry is None:
+            return self._miss(key, values, tensors, metas, dyn, device)
+        if _profiling():
+            with profiler.record(self.event, tensors):
+                return self._run(entry, values, metas, dyn, device)
+        return self._run(entry, values, metas, dyn, device)
+
+    def _miss(self, key, values, tensors, metas, dyn, device):
+        """Compiles, caches and runs the executable of a new call signature. XLA
+        compiles on the first run, so the compile event and time include that run."""
+        start = time.perf_counter()
+        with profiler.record("neuron::compile::" + self.op.name(), tensors):
             entry = self._compile(values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(values, tensors, metas, dyn, device)
             self.cache[key] = entry
-        return self._run(entry, values, metas, dyn, device)
+            with profiler.record(self.event, tensors):
+                result = self._run(entry, values, metas, dyn, device)
+        metrics.count("eager_executables_compiled")
+        metrics.add_time("eager_compile_seconds", time.perf_counter() - start)
+        return result
 
     def _signature(self, values):
         """(cache key, [tensors], [their shim metadata], [dynamic values], device index).
@@ -271,7 +294,12 @@ class OpKernel:
             inputs.extend(dyn)
         if self.lowering.random:
             inputs.extend(_rng_state(values, self.kinds, device))
-        outs = entry.fn(*inputs)
+        entry.runs += 1
+        try:
+            outs = entry.fn(*inputs)
+        except jax.errors.JaxRuntimeError as exc:
+            storage.raise_if_out_of_memory(exc, device)
+            raise
         k = 0
         for j in entry.writes:
             buffers[metas[j][0]] = outs[k]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import metrics, profiler
 from ..runtime import checks, dtypes, pjrt, storage, transfer
 
 aten = torch.ops.aten
@@ -96,10 +97,12 @@ def synchronize() -> None:
     import jax
 
     pjrt.check_not_forked()
-    checks.raise_pending()
-    for buf in list(storage.buffers.values()):
-        buf.block_until_ready()
-    jax.effects_barrier()
+    metrics.count("synchronizations")
+    with profiler.record("neuron::synchronize"):
+        checks.raise_pending()
+        for buf in list(storage.buffers.values()):
+            buf.block_until_ready()
+        jax.effects_barrier()
 
 
 KERNELS = {

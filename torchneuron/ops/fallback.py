@@ -15,7 +15,7 @@ import warnings
 import torch
 from torch._decomp import decomposition_table
 
-from .. import config
+from .. import config, profiler
 
 _counts: collections.Counter = collections.Counter()
 _warned: set = set()
@@ -72,7 +72,8 @@ def run(op: torch._ops.OpOverload, *args, **kwargs):
             _local.active = prev
         if out is not NotImplemented:
             return out
-    return cpu_fallback(op, *args, **kwargs)
+    with profiler.record(f"neuron::cpu_fallback::{op.name()}"):
+        return cpu_fallback(op, *args, **kwargs)
 
 
 def cpu_fallback(op: torch._ops.OpOverload, *args, **kwargs):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import pjrt
 
@@ -28,9 +29,31 @@ def buffer(handle: int, nbytes: int, dtype, device_index: int):
     buf = buffers.get(handle)
     if buf is None:
         itemsize = np.dtype(dtype).itemsize
-        buf = jax.device_put(np.zeros(nbytes // itemsize, dtype=dtype), pjrt.device(device_index))
+        try:
+            buf = jax.device_put(np.zeros(nbytes // itemsize, dtype=dtype), pjrt.device(device_index))
+        except MemoryError as exc:  # the host could not even stage the zeros
+            raise _oom(device_index, str(exc)) from exc
+        except jax.errors.JaxRuntimeError as exc:
+            raise_if_out_of_memory(exc, device_index)
+            raise
         buffers[handle] = buf
     return buf
+
+
+def raise_if_out_of_memory(exc: Exception, device_index: int) -> None:
+    """Raises `torch.OutOfMemoryError` (from `exc`) if `exc` is PJRT's failed
+    allocation (RESOURCE_EXHAUSTED); returns otherwise. Callers raise it before storing
+    any result, so other tensors are untouched and the process keeps working."""
+    if "RESOURCE_EXHAUSTED" in str(exc):
+        raise _oom(device_index, str(exc)) from exc
+
+
+def _oom(device_index: int, detail: str) -> torch.OutOfMemoryError:
+    held = live_bytes() / 2**30
+    return torch.OutOfMemoryError(
+        f"neuron out of memory on neuron:{device_index}: {detail.strip()} "
+        f"(live neuron tensors hold {held:.2f} GiB). Free tensors, reduce the batch size, "
+        f"or call torch.neuron.empty_cache() to release unreachable ones.")
 
 
 def _bytes_of(buf) -> np.ndarray:

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import torch
 
+from .. import metrics, profiler
 from . import checks, dtypes, pjrt, storage, views
 
 
@@ -13,8 +14,14 @@ def host_to_device(src: torch.Tensor, device_index: int):
     row-major order. Copies the bytes first, so later writes to `src` are not seen.
     RuntimeError in a forked child of a device-using process (pjrt.check_not_forked)."""
     pjrt.check_not_forked()
-    host = dtypes.numpy_view(src.detach().contiguous()).reshape(-1).copy()
-    return jax.device_put(host, pjrt.device(device_index))
+    with profiler.record("neuron::host_to_device", [src]):
+        host = dtypes.numpy_view(src.detach().contiguous()).reshape(-1).copy()
+        metrics.count("bytes_host_to_device", host.nbytes)
+        try:
+            return jax.device_put(host, pjrt.device(device_index))
+        except jax.errors.JaxRuntimeError as exc:
+            storage.raise_if_out_of_memory(exc, device_index)
+            raise
 
 
 def covers_storage(meta) -> bool:
@@ -37,11 +44,14 @@ def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
     buf = storage.buffers.get(handle)
     if buf is None:
         return np.zeros(shape, dtype=jdt)
-    if covers_storage(meta) and buf.dtype == jdt:
-        flat = buf
-    else:
-        flat = _read_view(buf, jdt, tuple(shape), tuple(stride), offset)
-    return np.asarray(jax.device_get(flat)).reshape(shape)
+    with profiler.record("neuron::device_to_host", [t]):
+        if covers_storage(meta) and buf.dtype == jdt:
+            flat = buf
+        else:
+            flat = _read_view(buf, jdt, tuple(shape), tuple(stride), offset)
+        host = np.asarray(jax.device_get(flat)).reshape(shape)
+    metrics.count("bytes_device_to_host", host.nbytes)
+    return host
 
 
 _read_cache: dict = {}
