@@ -872,8 +872,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
 namespace torchneuron {
 
-// CUDA refuses binary_cross_entropy under autocast (a float16 input makes its log
-// overflow silently); so does `neuron`, pointing at the safe fused op.
+// CUDA refuses binary_cross_entropy under autocast (the log of a 16-bit probability
+// near 0 or 1 is imprecise or infinite); so does `neuron`, pointing at the fused op.
 static at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                               int64_t) {
   TORCH_CHECK(false,
@@ -911,5 +911,10 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #define TORCHNEURON_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
   AT_FORALL_PROMOTE(TORCHNEURON_AUTOCAST_PROMOTE)
 #undef TORCHNEURON_AUTOCAST_PROMOTE
+  // PyTorch documents cross_entropy among CUDA's float32 ops, but its composite kernel
+  // passes the input's own dtype to log_softmax, so only nll_loss would see float32 and
+  // log_softmax's output would be rounded to 16 bits. Casting at the entry, as CPU's
+  // autocast does, gives what the documentation promises.
+  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(torchneuron::binary_cross_entropy_banned));
 }
