@@ -95,3 +95,16 @@ def test_peak_statistics_follow_a_loop():
         del a, b
     assert N.memory_allocated() == base
     assert N.max_memory_allocated() - base == 2 * 4096  # never more than a and b at once
+
+
+def test_memory_summary_reports_live_bytes():
+    torch.neuron.synchronize()
+    before = torch.neuron.memory_allocated()
+    x = torch.ones(256 * 1024, device="neuron")  # 1 MiB
+    text = torch.neuron.memory_summary()
+    assert torch.neuron.memory_allocated() == before + 1024 * 1024
+    line = next(l for l in text.splitlines() if l.startswith("Allocated memory"))
+    current_mib, unit = float(line.split()[2]), line.split()[3]
+    assert unit == "MiB"
+    assert abs(current_mib - (before + 1024 * 1024) / 2**20) < 0.01
+    del x

@@ -186,6 +186,30 @@ def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
     _shim().reset_peak(_index(device))
 
 
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    """A table of `memory_stats` for `device` (`torch.cuda.memory_summary`'s role):
+    tensors and bytes, current, peak, allocated and freed since start. `abbreviated`
+    is accepted for API compatibility; the table is always short."""
+    stats = memory_stats(device)
+
+    def size(n: int) -> str:
+        for unit in ("B", "KiB", "MiB", "GiB"):
+            if abs(n) < 1024 or unit == "GiB":
+                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+            n /= 1024
+        return str(n)
+
+    rows = [("Allocated memory", "allocated_bytes", size), ("Active memory", "active_bytes", size),
+            ("Reserved memory", "reserved_bytes", size), ("Allocations", "allocation", str)]
+    lines = [f"neuron memory summary, device {_index(device)}",
+             f"{'metric':<18} {'current':>12} {'peak':>12} {'allocated':>12} {'freed':>12}"]
+    for title, key, fmt in rows:
+        lines.append(f"{title:<18} " + " ".join(f"{fmt(stats[f'{key}.all.{k}']):>12}"
+                                             for k in ("current", "peak", "allocated", "freed")))
+    lines.append(f"OOMs: {stats['num_ooms']}")
+    return "\n".join(lines)
+
+
 def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
     """Zeroes the cumulative ("allocated", "freed") statistics of `device`."""
     _shim().reset_accumulated(_index(device))
