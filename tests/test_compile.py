@@ -292,3 +292,71 @@ def test_default_backend_and_module_compile():
         assert metrics.get("graphs_compiled") >= 1
     finally:
         torch.compiler.set_default_backend(None)
+
+
+@pytest.mark.parametrize("case", ["branch_on_value", "item", "tolist"])
+def test_graph_breaks_on_tensor_values(case):
+    def branch_on_value(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y + 1
+        return y - 1
+
+    def item(x):
+        return x * x.max().item()
+
+    def tolist(x):
+        return torch.tensor(x.tolist(), device=x.device) + 1
+
+    f = {"branch_on_value": branch_on_value, "item": item, "tolist": tolist}[case]
+    torch._dynamo.reset()
+    x = torch.randn(5)
+    torch.testing.assert_close(torch.compile(f, backend="neuron")(x.to("neuron")).cpu(), f(x))
+
+
+def test_backward_inside_compiled_step():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cpu, dev = _pair(nn.Linear(4, 2))
+    opt_c = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(dev.parameters(), lr=0.1)
+
+    def make_step(model):
+        def step(x):
+            loss = model(x).square().mean()
+            loss.backward()
+            return loss
+        return step
+
+    step_d = torch.compile(make_step(dev), backend="neuron")
+    step_c = make_step(cpu)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        opt_c.zero_grad()
+        opt_d.zero_grad()
+        loss_c = step_c(x)
+        loss_d = step_d(x.to("neuron"))
+        opt_c.step()
+        opt_d.step()
+        torch.testing.assert_close(loss_d.cpu(), loss_c.detach(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["index", "index_select", "embedding", "gather"])
+def test_out_of_range_index_raises_in_compiled_graph(case):
+    torch._dynamo.reset()
+    fns = {
+        "index": (lambda x, i: x[i] * 2, IndexError),
+        "index_select": (lambda x, i: torch.index_select(x, 0, i) + 1, IndexError),
+        "embedding": (lambda x, i: nn.functional.embedding(i, x.view(4, 1)) * 3, IndexError),
+        "gather": (lambda x, i: torch.gather(x, 0, i) - 1, RuntimeError),
+    }
+    f, exc = fns[case]
+    x = torch.arange(4.0)
+    good, bad = torch.tensor([1, 3]), torch.tensor([1, 7])
+    with pytest.raises(exc):  # CPU's exception type
+        f(x, bad)
+    cf = torch.compile(f, backend="neuron")
+    torch.testing.assert_close(cf(x.to("neuron"), good.to("neuron")).cpu(), f(x, good))
+    with pytest.raises(exc):
+        cf(x.to("neuron"), bad.to("neuron")).cpu()
+    torch.testing.assert_close(cf(x.to("neuron"), good.to("neuron")).cpu(), f(x, good))

@@ -24,6 +24,7 @@ def install() -> None:
     from . import _extension, device
     from .runtime import pjrt, storage
 
+    _configure_logging()
     shim = _extension.load()
     torch.utils.rename_privateuse1_backend("neuron")
     shim.register_hooks()
@@ -42,6 +43,22 @@ def install() -> None:
 
     safetensors_device.install()
     printing.install()
+
+
+def _configure_logging() -> None:
+    """Applies TORCHNEURON_LOG_LEVEL to the `torchneuron` logger; when the variable is
+    set, log records also go to stderr (a library adds no handler otherwise)."""
+    import logging
+    import os
+
+    from . import config
+
+    logger = logging.getLogger("torchneuron")
+    logger.setLevel(config.LOG_LEVEL.upper())
+    if os.environ.get("TORCHNEURON_LOG_LEVEL") and not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[torchneuron %(levelname)s] %(message)s"))
+        logger.addHandler(handler)
 
 
 def fallback_ops() -> dict:

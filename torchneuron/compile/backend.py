@@ -17,6 +17,7 @@ import warnings
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
+from torch._dynamo import trace_rules
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -26,6 +27,12 @@ from .. import config, metrics
 from .graph import GraphExecutable, lowerable
 
 log = logging.getLogger("torchneuron")
+
+# Dynamo must never trace the backend's own Python: after a graph break, code such as
+# `.item()` runs eagerly while Dynamo's frame hook is active, and the eager kernels of
+# `neuron` (Python, calling into JAX) would otherwise be traced as user code.
+for _package in ("torchneuron", "torch_neuronx", "jax", "jaxlib", "ml_dtypes"):
+    trace_rules.add(_package)
 
 
 class _Support(OperatorSupport):

@@ -26,7 +26,7 @@ import torch.fx
 from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
-from ..runtime import dtypes, storage, transfer, views
+from ..runtime import checks, dtypes, storage, transfer, views
 from . import cache
 
 log = logging.getLogger("torchneuron")
@@ -88,12 +88,15 @@ class GraphExecutable:
         self._execs: Dict[tuple, Any] = {}
 
     # ------------------------------------------------------------------ tracing
-    def _interpret(self, geometry, *inputs):
+    def _interpret(self, geometry, found, *inputs):
+        """Traces the graph. Device-side checks (out-of-range indices) become extra
+        boolean outputs; their (exception type, message) are appended to `found`."""
         n_in = len(geometry)
         bufs, rest = inputs[:n_in], inputs[n_in:]
         rng = tuple(rest[:2]) if self.random else None
         env: Dict[torch.fx.Node, Any] = {}
         mutations = []
+        flags = []
         it = iter(zip(geometry, bufs))
         for index, node in enumerate(self.nodes):
             if node.op == "placeholder":
@@ -119,8 +122,9 @@ class GraphExecutable:
                 ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index)
                 with tracing(ctx):
                     result = low.fn(*_schema_args(node.target, args, kwargs))
-                if ctx.checks:
-                    log.debug("device-side checks of %s are not raised inside compiled graphs", node.target)
+                for ok, exc_type, message in ctx.checks:
+                    flags.append(ok)
+                    found.append((exc_type, message))
                 env[node] = _cast(result, ctx.outs)
             elif node.op == "get_attr":
                 env[node] = _constant(getattr(self.gm, node.target))
@@ -130,7 +134,7 @@ class GraphExecutable:
                 for v, val in zip(outs, self.out_vals):
                     if isinstance(val, torch.Tensor):
                         flat.append(_layout(jnp.asarray(v).astype(dtypes.to_jax(val.dtype)), val))
-                return tuple(flat), tuple(m.reshape(-1) for m in mutations)
+                return tuple(flat), tuple(m.reshape(-1) for m in mutations), tuple(flags)
             else:
                 raise NotImplementedError(f"torchneuron compile: unsupported FX node {node.op}")
 
@@ -156,14 +160,14 @@ class GraphExecutable:
             device = torch.neuron.current_device()
         geometry = tuple(geometry)
         extra = list(executor._rng_state([], [], device)) if self.random else []
-        fn = self._execs.get((geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype"))))
-        if fn is None:
-            fn = self._compile(geometry, bufs + extra)
-            self._execs[(geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")))] = fn
+        key = (geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")))
+        if key not in self._execs:
+            self._execs[key] = self._compile(geometry, bufs + extra)
+        fn, check_info = self._execs[key]
         metrics.count("graph_executions")
         with profiler.record(f"neuron::graph::{self.name}"):
             try:
-                outs, mutations = fn(*bufs, *extra)
+                outs, mutations, flags = fn(*bufs, *extra)
             except jax.errors.JaxRuntimeError as exc:
                 storage.raise_if_out_of_memory(exc, device)
                 raise
@@ -181,6 +185,8 @@ class GraphExecutable:
                 results.append(val)
         for i, value in zip(self.mutated, mutations):
             self._write_back(args[i], value, dev)
+        for flag, (exc_type, message) in zip(flags, check_info):
+            checks.add(flag, exc_type, message)
         return tuple(results)
 
     def _write_back(self, target: torch.Tensor, flat, dev) -> None:
@@ -194,9 +200,11 @@ class GraphExecutable:
             target.copy_(staged)
 
     def _compile(self, geometry, example):
+        """(compiled executable, [(exception type, message)] of its check outputs)."""
         start = time.perf_counter()
+        found = []
         with profiler.record(f"neuron::compile_graph::{self.name}"):
-            jitted = jax.jit(lambda *xs: self._interpret(geometry, *xs))
+            jitted = jax.jit(lambda *xs: self._interpret(geometry, found, *xs))
             lowered = jitted.lower(*example)
             if config.DUMP_DIR:
                 self._dump(lowered)
@@ -204,7 +212,7 @@ class GraphExecutable:
         metrics.count("graph_cache_hits" if hit else "graph_cache_misses")
         metrics.count("graphs_compiled")
         metrics.add_time("graph_compile_seconds", time.perf_counter() - start)
-        return compiled
+        return compiled, found
 
     def _dump(self, lowered) -> None:
         os.makedirs(config.DUMP_DIR, exist_ok=True)

@@ -723,7 +723,9 @@ static py::object fast_signature(const py::list& values, const py::tuple& kinds,
       buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttrString(buf, "dtype"));
       if (!buf_dtype) throw py::error_already_set();
     } else {
-      buf_dtype = py::reinterpret_borrow<py::object>(PyDict_GetItem(to_jax.ptr(), dtype.ptr()));
+      PyObject* jax_dtype = PyDict_GetItem(to_jax.ptr(), dtype.ptr());
+      if (!jax_dtype) return false;  // a dtype `neuron` cannot hold: the Python path raises
+      buf_dtype = py::reinterpret_borrow<py::object>(jax_dtype);
     }
     if (offset) offsets.append(py::int_(offset));
     key.append(slot);

@@ -244,7 +244,7 @@ class OpKernel:
                     if offset:
                         offsets.append(offset)
                     sub.append((slot, meta[1], meta[2], offset == 0) + meta[4:]
-                               + (_TO_JAX[meta[4]] if buf is None else buf.dtype,))
+                               + (dtypes.to_jax(meta[4]) if buf is None else buf.dtype,))
                     tensors.append(t)
                     metas.append(meta)
                 key.append(sub[0] if kind == TENSOR else tuple(sub))

@@ -286,25 +286,74 @@ def linalg_inv_ex(A, check_errors=False):
     return inv, info
 
 
+def _input_is_contiguous() -> bool:
+    """Whether the first tensor argument of the op being traced is contiguous (as
+    `Tensor.is_contiguous()` says), read from the caller's trace: the eager executor's
+    view geometry or the compiled graph's fake tensor. True when neither is found."""
+    import sys
+
+    from ..runtime import views
+
+    frame = sys._getframe(1)
+    try:
+        while frame is not None and "geometry" not in frame.f_locals and "node" not in frame.f_locals:
+            frame = frame.f_back
+        if frame is None:
+            return True
+        names = frame.f_locals
+        geometry = names.get("geometry")
+        if geometry:
+            _, shape, stride = geometry[0][:3]
+            return views.is_contiguous(tuple(shape), tuple(stride))
+        node = names.get("node")
+        val = getattr(node, "args", (None,))[0]
+        val = getattr(val, "meta", {}).get("val")
+        if isinstance(val, torch.Tensor):
+            return val.is_contiguous()
+    except Exception:  # noqa: BLE001 - unknown caller: assume the common layout
+        pass
+    finally:
+        del frame
+    return True
+
+
+def _det_lu(A):
+    """The (LU, pivots) that CPU's _linalg_det/_linalg_slogdet return, and that their
+    backward formulas consume: for a contiguous real A, ATen factors A^T (LAPACK's
+    column-major view of A, saving a copy) and the backward then solves with
+    adjoint=False; otherwise it factors A and the backward uses adjoint=True."""
+    use_A_T = _input_is_contiguous() and not jnp.iscomplexobj(A)
+    lu, piv, _ = _lu(jnp.swapaxes(A, -1, -2) if use_A_T else A)
+    return lu, piv
+
+
+def _det_sign(lu, piv, dtype):
+    n = lu.shape[-1]
+    swaps = jnp.sum(piv != jnp.arange(1, n + 1, dtype=jnp.int32), axis=-1)
+    return jnp.where(swaps % 2 == 0, 1, -1).astype(dtype)
+
+
 @lowering(aten._linalg_det.default)
 def linalg_det(A):
-    """aten::_linalg_det: (det, LU, pivots) of (*, n, n); singular matrices give 0."""
-    lu, piv, _ = _lu(A)
-    n = A.shape[-1]
+    """aten::_linalg_det: (det, LU, pivots) of (*, n, n); singular matrices give 0.
+    LU and pivots are CPU's (see `_det_lu`); det(A^T) == det(A)."""
+    lu, piv = _det_lu(A)
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    swaps = jnp.sum(piv != jnp.arange(1, n + 1, dtype=jnp.int32), axis=-1)
-    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype)
-    return sign * jnp.prod(diag, axis=-1), lu, piv
+    return _det_sign(lu, piv, A.dtype) * jnp.prod(diag, axis=-1), lu, piv
 
 
 @lowering(aten._linalg_slogdet.default)
 def linalg_slogdet(A):
-    """aten::_linalg_slogdet: (sign, logabsdet, LU, pivots) of (*, n, n)."""
-    lu, piv, _ = _lu(A)
-    n = A.shape[-1]
+    """aten::_linalg_slogdet: (sign, logabsdet, LU, pivots) of (*, n, n); LU and
+    pivots as in `linalg_det`."""
+    lu, piv = _det_lu(A)
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    swaps = jnp.sum(piv != jnp.arange(1, n + 1, dtype=jnp.int32), axis=-1)
-    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(A.dtype) * jnp.prod(jnp.sign(diag), axis=-1)
+    if jnp.iscomplexobj(A):
+        absd = jnp.abs(diag)
+        sign = _det_sign(lu, piv, A.dtype) * jnp.prod(diag / jnp.where(absd == 0, 1, absd).astype(A.dtype),
+                                                      axis=-1)
+    else:
+        sign = _det_sign(lu, piv, A.dtype) * jnp.prod(jnp.sign(diag), axis=-1)
     return sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv
 
 

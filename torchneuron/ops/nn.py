@@ -154,12 +154,15 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     """aten::nll_loss_backward / nll_loss2d_backward: -w[t] * grad at the target class
-    of each sample, 0 elsewhere and at ignored samples; mean divides by total_weight."""
+    of each sample, 0 elsewhere and at ignored samples; mean divides by total_weight.
+    Like CPU, ignored samples are skipped (exactly 0) even when total_weight is 0 and the
+    scaled gradient is NaN; a non-ignored sample of weight 0 then gets 0 * inf = NaN."""
     safe, w, cdim = _nll_parts(self, target, weight, ignore_index)
     g = _acc(grad_output)
     if reduction == _MEAN:
         g = g / _acc(total_weight)
-    coef = -w * g
+    ignored = jnp.broadcast_to(target.astype(jnp.int64) == ignore_index, safe.shape)
+    coef = jnp.where(ignored, jnp.zeros((), g.dtype), -w * g)
     onehot = jnp.expand_dims(safe, cdim) == lax.broadcasted_iota(jnp.int64, self.shape, cdim)
     return jnp.where(onehot, jnp.expand_dims(jnp.broadcast_to(coef, safe.shape), cdim), 0)
 
