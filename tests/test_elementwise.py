@@ -69,3 +69,19 @@ def test_inplace_on_view_visible_through_base():
         x[0].add_(10)
         return x
     check(f, torch.randn(3, 4))
+
+
+def test_equal():
+    a = torch.tensor([1.0, 2.0, float("nan")])
+    for x, y in [(a[:2], a[:2].clone()), (a, a.clone()), (a[:2], torch.tensor([1, 2])), (a[:2], a[:1]),
+                 (a[:2], torch.tensor([1.0, 3.0]))]:
+        check(torch.equal, x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.int8])
+def test_shift_operators(dtype):
+    x = torch.tensor([1, 5, 7, 100]).to(dtype)
+    s = torch.tensor([0, 1, 3, 2]).to(dtype)
+    check(lambda a, b: a << b, x, s)
+    check(lambda a, b: a >> b, x, s)
+    check(lambda a: (a << 2, a >> 1), x)

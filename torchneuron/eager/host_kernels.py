@@ -105,7 +105,16 @@ def synchronize() -> None:
         jax.effects_barrier()
 
 
+def equal(self: torch.Tensor, other: torch.Tensor) -> bool:
+    """`aten::equal`: same shape and equal values (NaN never equals); blocks for the
+    answer. Values compare after type promotion, as on CPU."""
+    if self.shape != other.shape:
+        return False
+    return bool(torch.eq(self, other).all().item())
+
+
 KERNELS = {
     aten.copy_.default: copy_,
+    aten.equal.default: equal,
     aten._local_scalar_dense.default: local_scalar_dense,
 }

@@ -279,7 +279,8 @@ def bitwise_not(self):
     return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
 
 
-@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)
+@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.__lshift__.Tensor,
+          aten.__lshift__.Scalar)
 def left_shift(self, other):
     out = _out()
     a, b = cast(self, out), cast(other, out)
@@ -287,7 +288,8 @@ def left_shift(self, other):
     return jnp.where((b >= bits) | (b < 0), 0, jnp.left_shift(a, jnp.clip(b, 0, bits - 1))).astype(out)
 
 
-@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)
+@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.__rshift__.Tensor,
+          aten.__rshift__.Scalar)
 def right_shift(self, other):
     out = _out()
     a, b = cast(self, out), cast(other, out)
