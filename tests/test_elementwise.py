@@ -85,3 +85,29 @@ def test_shift_operators(dtype):
     check(lambda a, b: a << b, x, s)
     check(lambda a, b: a >> b, x, s)
     check(lambda a: (a << 2, a >> 1), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool])
+def test_int_pow_negative_scalar_raises_like_cpu(dtype):
+    message = "Integers to negative integer powers are not allowed."
+    base = torch.tensor([2, 3]).to(dtype)
+    fns = [lambda t: t.pow(-1), lambda t: torch.pow(t, -2), lambda t: t ** -3]
+    if dtype != torch.bool:  # bool.pow_(int): PyTorch's meta kernel raises its cast error first
+        fns.append(lambda t: t.clone().pow_(-2))
+    for fn in fns:
+        with pytest.raises(RuntimeError, match=message):
+            fn(base)
+        with pytest.raises(RuntimeError, match=message):
+            fn(base.to("neuron"))
+            torch.neuron.synchronize()
+    # Still computed like CPU: non-negative exponents, float exponents, tensor exponents.
+    check(lambda t: t.pow(3), base)
+    check(lambda t: t.pow(0), base)
+    if dtype != torch.bool:
+        check(lambda t: t.pow(-1.0), base)
+        check(lambda t: t.clone().pow_(2), base)
+        check(lambda t, e: t.pow(e), base, torch.tensor([1, -2]).to(dtype) if dtype.is_signed else
+              torch.tensor([1, 2]).to(dtype))
+        check(lambda t: torch.pow(t, torch.tensor(-2)), base)
+    check(lambda e: torch.pow(2, e), torch.tensor([1, -2]))
+    check(lambda t: t.pow(-2), torch.tensor([1.5, 2.0]))

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import torchneuron
-from helpers import check, to_neuron
+from helpers import check, no_fallback, to_neuron
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
@@ -149,3 +149,112 @@ def test_ex_variants_report_info():
     with pytest.raises(torch.linalg.LinAlgError, match="diagonal element 2 is zero"):
         torch.linalg.inv_ex(a.to("neuron"), check_errors=True)
         torchneuron.device.synchronize()
+
+
+def _cpu_message(fn, *args):
+    try:
+        fn(*args)
+    except RuntimeError as exc:
+        return str(exc)
+    raise AssertionError("CPU did not raise")
+
+
+def test_det_lu_outputs_match_cpu_layout():
+    # CPU factors A^T (LAPACK's column-major view) for a contiguous real A, A itself
+    # otherwise; the det/slogdet backward formulas depend on it.
+    B = torch.tensor([[1., 2., 3.], [4., 5., 6.], [7., 8., 10.]])
+    g = torch.Generator().manual_seed(3)
+    mats = [B, B.t().contiguous().t(), torch.randn(2, 4, 4, generator=g, dtype=torch.float64),
+            torch.randn(3, 3, generator=g, dtype=torch.complex64)]
+    ops = [torch.ops.aten._linalg_det.default, torch.ops.aten._linalg_slogdet.default,
+           torch.ops.aten.linalg_lu_factor_ex.default]
+    for A in mats:
+        nA = A.to("neuron")
+        assert nA.is_contiguous() == A.is_contiguous()
+        for op in ops:
+            with no_fallback():
+                actual = op(nA)
+            for a, e in zip(actual, op(A)):
+                torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=1e-5)
+        rhs = torch.ones(A.shape[:-1] + (1,), dtype=A.dtype)
+        for a, e in zip(torch.ops.aten._linalg_solve_ex.default(nA, rhs.to("neuron")),
+                        torch.ops.aten._linalg_solve_ex.default(A, rhs)):
+            torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=1e-5)
+
+
+def _grad_like_cpu(fn, *args, atol=1e-4, rtol=1e-4):
+    grads = []
+    for dev in ("cpu", "neuron"):
+        leaves = [a.clone().to(dev).requires_grad_() for a in args]
+        out = fn(*leaves)
+        out = out if isinstance(out, torch.Tensor) else sum(o.sum() for o in out if o.is_floating_point())
+        out.sum().backward()
+        grads.append([leaf.grad.cpu() for leaf in leaves])
+    for a, e in zip(*reversed(grads)):
+        torch.testing.assert_close(a, e, atol=atol, rtol=rtol)
+
+
+def test_det_gradient_not_transposed():
+    A = torch.tensor([[2., 1.], [0., 3.]])
+    a = A.clone().to("neuron").requires_grad_()
+    torch.linalg.det(a).backward()
+    assert a.grad.cpu().tolist() == [[3., 0.], [-1., 2.]]
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
+def test_lu_based_gradients_match_cpu(shape):
+    g = torch.Generator().manual_seed(7)
+    A = torch.randn(shape, generator=g)
+    B = torch.randn(shape[:-1] + (2,), generator=g)
+    spd = A @ A.mT + torch.eye(shape[-1])
+    _grad_like_cpu(torch.linalg.det, A)
+    _grad_like_cpu(torch.det, A)
+    _grad_like_cpu(lambda a: torch.linalg.det(a.mT), A)  # non-contiguous: CPU factors A itself
+    _grad_like_cpu(lambda a: torch.linalg.slogdet(a)[1], A)
+    _grad_like_cpu(lambda a: torch.linalg.slogdet(a.mT)[1], A)
+    _grad_like_cpu(torch.logdet, spd)
+    _grad_like_cpu(lambda a: torch.linalg.det(a.double()), A)
+    _grad_like_cpu(torch.linalg.solve, A, B)
+    _grad_like_cpu(lambda a, b: torch.linalg.solve(a.mT, b), A, B)
+    _grad_like_cpu(lambda a, b: torch.linalg.solve(a, b.mT, left=False), A, B)
+    _grad_like_cpu(lambda a, b: torch.linalg.solve(a, b[..., 0]), A, B)
+    _grad_like_cpu(torch.linalg.inv, A)
+    _grad_like_cpu(lambda a: torch.linalg.inv(a.mT), A)
+    _grad_like_cpu(lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b), A, B)
+    _grad_like_cpu(lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True), A, B)
+
+
+def test_mismatched_dtypes_raise_like_cpu():
+    import torch.nn.functional as F
+
+    f, d = torch.float32, torch.float64
+    o = lambda *s, dtype=f: torch.ones(*s, dtype=dtype)  # noqa: E731
+    cases = [
+        (torch.mm, o(2, 2, dtype=d), o(2, 2)),
+        (torch.mm, o(2, 2), o(2, 2, dtype=d)),
+        (torch.mm, o(2, 2, dtype=torch.int64), o(2, 2)),
+        (torch.mm, o(2, 2, dtype=torch.float16), o(2, 2, dtype=torch.bfloat16)),
+        (F.linear, o(2, 2), o(2, 2, dtype=d)),
+        (F.linear, o(3, 2, 2), o(2, 2, dtype=d)),
+        (F.linear, o(2, 2), o(2, 2, dtype=d), o(2)),
+        (F.linear, o(2, 2), o(2, 2), o(2, dtype=d)),
+        (torch.addmm, o(2, 2), o(2, 2), o(2, 2, dtype=d)),
+        (torch.addmm, o(2, 2), o(2, 2, dtype=d), o(2, 2)),
+        (torch.addmm, o(2, 2, dtype=d), o(2, 2), o(2, 2)),
+        (torch.addbmm, o(2, 2), o(1, 2, 2), o(1, 2, 2, dtype=d)),
+        (torch.addbmm, o(2, 2, dtype=d), o(1, 2, 2), o(1, 2, 2)),
+        (torch.mv, o(2, 2), o(2, dtype=d)),
+        (torch.matmul, o(2, 2), o(2, dtype=d)),
+    ]
+    for fn, *args in cases:
+        message = _cpu_message(fn, *args)
+        with pytest.raises(RuntimeError) as info:
+            fn(*to_neuron(args))
+        assert str(info.value) == message
+    # These raise from PyTorch's meta kernels (same type, message formats dtypes differently).
+    for fn, *args in [(torch.bmm, o(1, 2, 2), o(1, 2, 2, dtype=d)), (torch.dot, o(2), o(2, dtype=d)),
+                      (torch.baddbmm, o(1, 2, 2), o(1, 2, 2), o(1, 2, 2, dtype=d)),
+                      (torch.baddbmm, o(1, 2, 2, dtype=d), o(1, 2, 2), o(1, 2, 2))]:
+        _cpu_message(fn, *args)
+        with pytest.raises(RuntimeError):
+            fn(*to_neuron(args))

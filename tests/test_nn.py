@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron
 from torchneuron.eager import install
 
 HALF = [torch.bfloat16, torch.float16]
@@ -384,3 +384,52 @@ def test_transformer_block_gradients_match_cpu():
     assert abs(losses[0] - losses[1]) < 1e-5, losses
     for p, pn in zip(model.parameters(), model_n.parameters()):
         torch.testing.assert_close(pn.grad.cpu(), p.grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape,target_shape", [((3, 4), (3,)), ((2, 3, 4, 4), (2, 4, 4))])
+def test_nll_loss_backward_all_ignored_like_cpu(shape, target_shape):
+    # Mean reduction with total_weight == 0: the loss is NaN but CPU skips ignored samples
+    # in the backward (zero gradient) while zero-weight non-ignored ones get 0 * inf = NaN.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g)
+    n_class = shape[1]
+    weight = torch.ones(n_class)
+    weight[0] = 0
+    mixed = torch.zeros(target_shape, dtype=torch.long)
+    mixed.view(-1)[::2] = -100
+    cases = [dict(target=torch.full(target_shape, -100)),
+             dict(target=torch.full(target_shape, 2), ignore_index=2),
+             dict(target=torch.zeros(target_shape, dtype=torch.long), weight=weight),
+             dict(target=mixed, weight=weight)]
+    for loss in (F.cross_entropy, F.nll_loss):
+        for kw in cases:
+            grads = []
+            for dev in ("cpu", "neuron"):
+                xx = x.clone().to(dev).requires_grad_()
+                args = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+                out = loss(xx, args.pop("target"), **args)
+                out.backward()
+                grads.append((out.detach().cpu(), xx.grad.cpu()))
+            (e_out, e_grad), (a_out, a_grad) = grads
+            torch.testing.assert_close(a_out, e_out, equal_nan=True)
+            torch.testing.assert_close(a_grad, e_grad, equal_nan=True)
+    # The backward op itself, against CPU.
+    t = torch.full(target_shape, -100)
+    op = torch.ops.aten.nll_loss_backward.default if len(shape) == 2 else torch.ops.aten.nll_loss2d_backward.default
+    check(lambda x, t: op(torch.tensor(1.), x, t, None, 1, -100, torch.tensor(0.)), x, t)
+
+
+@pytest.mark.parametrize("conv,rank", [(F.conv1d, 1), (F.conv2d, 2), (F.conv3d, 3), (F.conv_transpose2d, 2)])
+def test_conv_mismatched_dtypes_raise_like_cpu(conv, rank):
+    k = (2,) * rank
+    x = (1, 1) + (3,) * rank
+    for xd, wd in [(torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float16, torch.float32),
+                   (torch.int64, torch.float32)]:
+        args = (torch.ones(x, dtype=xd), torch.ones((1, 1) + k, dtype=wd))
+        with pytest.raises(RuntimeError) as expected:
+            conv(*args)
+        with pytest.raises(RuntimeError) as actual:
+            conv(*to_neuron(args))
+        assert str(actual.value) == str(expected.value)
+    # A float64 bias: CPU raises for the forward convolutions, not for conv_transpose2d.
+    check_like_cpu(conv, torch.ones(x), torch.ones((1, 1) + k), torch.ones(1, dtype=torch.float64))

@@ -660,6 +660,24 @@ static py::object tensor_meta(const at::Tensor& t) {
                         storage.nbytes());
 }
 
+// A new `neuron` tensor whose storage's bytes are `buffer` (a flat jax.Array), registered
+// in `buffers`: the eager executor's output path, one call instead of torch.empty_strided
+// plus a registry insertion.
+static at::Tensor new_output(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                             const py::object& dtype, int device, const py::object& buffer,
+                             const py::dict& buffers) {
+  auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = static_cast<c10::DeviceIndex>(device);
+  at::Tensor out = at::detail::empty_strided_generic(sizes, strides, &g_allocator,
+                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                     scalar_type);
+  t_current_device = saved;
+  py::int_ handle(reinterpret_cast<uint64_t>(out.unsafeGetTensorImpl()->unsafe_storage().data()));
+  if (PyDict_SetItem(buffers.ptr(), handle.ptr(), buffer.ptr()) < 0) throw py::error_already_set();
+  return out;
+}
+
 // A hashable key part for a static argument: lists become tuples, and numbers carry
 // their type (1 == 1.0 == True, yet they give different dtypes).
 static py::object freeze(PyObject* v) {
@@ -845,6 +863,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_callbacks", &set_callbacks);
   m.def("tensor_meta", &tensor_meta);
   m.def("fast_signature", &fast_signature);
+  m.def("new_output", &new_output);
   m.def("device_stats", &device_stats);
   m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });

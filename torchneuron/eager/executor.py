@@ -33,9 +33,9 @@ TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
 
 _tensor_meta = None  # the C++ shim's tensor_meta, bound at install time
 _fast_signature = None  # the C++ shim's fast_signature, bound at install time
+_new_output = None  # the C++ shim's new_output, bound at install time
 _buffers = storage.buffers
 _TO_JAX = dtypes.TORCH_TO_JAX
-_devices = [torch.device("neuron", i) for i in range(64)]
 _profiling = profiler.enabled
 #: Every OpKernel: `torchneuron.metrics` sums their entries' run counts when asked.
 kernels: List["OpKernel"] = []
@@ -306,14 +306,11 @@ class OpKernel:
             k += 1
         results = []
         if entry.fresh:
-            dev = _devices[device]
             for spec in entry.fresh:
                 if not isinstance(spec, tuple):
                     results.append(spec)
                     continue
-                t = torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=dev)
-                buffers[t.data_ptr()] = outs[k]
-                results.append(t)
+                results.append(_new_output(spec[0], spec[1], spec[2], device, outs[k], buffers))
                 k += 1
         for exc_type, message in entry.checks:
             checks.add(outs[k], exc_type, message)

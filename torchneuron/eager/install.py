@@ -39,6 +39,7 @@ def install() -> None:
     shim = _extension.load()
     executor._tensor_meta = shim.tensor_meta
     executor._fast_signature = shim.fast_signature
+    executor._new_output = shim.new_output
     host_kernels._tensor_meta = shim.tensor_meta
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401

@@ -135,9 +135,28 @@ def fmod(self, other):
     return jnp.fmod(a, b).astype(out)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+@lowering(aten.pow.Tensor_Scalar)
+def pow_tensor_scalar(self, exponent):
+    """aten::pow.Tensor_Scalar: `pow`, after CPU's negative-integer-exponent check."""
+    _check_int_pow_exponent(self, exponent)
+    return pow(self, exponent)
+
+
+@lowering(aten.pow_.Scalar, mutates=True)
+def pow__scalar(self, exponent):
+    """aten::pow_.Scalar (Tensor self, Scalar exponent), in place. Registered on its own:
+    the in-place/functional name matching would pair it with pow.Scalar (Scalar self,
+    Tensor exponent), which skips pow.Tensor_Scalar's negative-exponent check."""
+    _check_int_pow_exponent(self, exponent)
+    return (), {"self": _pow(self, exponent, self.dtype)}
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def pow(self, exponent):
-    out = _out()
+    return _pow(self, exponent, _out())
+
+
+def _pow(self, exponent, out):
     c = _compute(out)
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
         base = cast(self, c)
@@ -150,6 +169,25 @@ def pow(self, exponent):
     if jnp.issubdtype(c, jnp.integer):
         return _int_pow(a, b).astype(out)
     return jnp.power(a, b).astype(out)
+
+
+_NEG_INT_POW = "Integers to negative integer powers are not allowed."
+
+
+def _check_int_pow_exponent(self, exponent):
+    """CPU's pow.Tensor_Scalar check: an integral (or bool) tensor to a negative integral
+    Scalar exponent raises RuntimeError. (A negative exponent *tensor* does not.) The
+    Scalar is a Python int when static, else a traced integer scalar: checked on device."""
+    if not hasattr(self, "dtype") or not (jnp.issubdtype(self.dtype, jnp.integer) or self.dtype == jnp.bool_):
+        return
+    if isinstance(exponent, bool) or isinstance(exponent, float):
+        return
+    if isinstance(exponent, int):
+        if exponent < 0:
+            raise RuntimeError(_NEG_INT_POW)
+        return
+    if jnp.issubdtype(jnp.asarray(exponent).dtype, jnp.integer):
+        context().check(jnp.asarray(exponent) >= 0, RuntimeError, _NEG_INT_POW)
 
 
 def _int_pow(a, b):

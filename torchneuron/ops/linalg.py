@@ -27,6 +27,44 @@ def _reject_bool(dtype, name: str) -> None:
         raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
 
 
+# CPU's names of dtypes in its matmul dtype errors: C++ type names (caffe2::TypeMeta)
+# in "expected m1 and m2 ...", ScalarType names elsewhere.
+_CPP_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+              "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+              "uint8": "unsigned char", "bool": "bool", "complex64": "c10::complex<float>",
+              "complex128": "c10::complex<double>"}
+_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+                 "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                 "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def _cpp(dtype) -> str:
+    name = jnp.dtype(dtype).name
+    return _CPP_NAMES.get(name, name)
+
+
+def _scalar(dtype) -> str:
+    name = jnp.dtype(dtype).name
+    return _SCALAR_NAMES.get(name, name)
+
+
+def _check_mm_dtypes(m1, m2) -> None:
+    """CPU's addmm_impl_cpu_ check (mm and the matmul/linear paths through it)."""
+    if jnp.dtype(m1.dtype) != jnp.dtype(m2.dtype):
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(m1.dtype)} != "
+                           f"{_cpp(m2.dtype)}")
+
+
+def _check_addmm_dtypes(self_dtype, mat1, mat2) -> None:
+    """addmm's (and addbmm's) checks, in CPU's order: self vs mat2, then mat1 vs mat2."""
+    if jnp.dtype(self_dtype) != jnp.dtype(mat2.dtype):
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {_scalar(self_dtype)} and "
+                           f"{_scalar(mat2.dtype)}")
+    if jnp.dtype(mat1.dtype) != jnp.dtype(mat2.dtype):
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_scalar(mat1.dtype)} and "
+                           f"{_scalar(mat2.dtype)}")
+
+
 def _dot(a, b, contract, batch=((), ())):
     """`lax.dot_general` at HIGHEST precision, accumulating in `_acc` of the output."""
     acc = acc_type(context().out_dtype())
@@ -52,6 +90,7 @@ def _scaled_sum(self, product, beta, alpha):
 @lowering(aten.mm.default)
 def mm(self, mat2):
     """aten::mm: (n, m) @ (m, p) -> (n, p); NotImplementedError for bool like CPU."""
+    _check_mm_dtypes(self, mat2)
     _reject_bool(self.dtype, "addmm_impl_cpu_")
     return _dot(self, mat2, ((1,), (0,))).astype(context().out_dtype())
 
@@ -59,6 +98,7 @@ def mm(self, mat2):
 @lowering(aten.addmm.default)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """aten::addmm: beta * self + alpha * (mat1 @ mat2); self broadcasts to (n, p)."""
+    _check_addmm_dtypes(self.dtype, mat1, mat2)
     _reject_bool(mat1.dtype, "addmm_impl_cpu_")
     return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha)
 
@@ -66,6 +106,8 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
 @lowering(aten.bmm.default)
 def bmm(self, mat2):
     """aten::bmm: (b, n, m) @ (b, m, p) -> (b, n, p)."""
+    if jnp.dtype(self.dtype) != jnp.dtype(mat2.dtype):
+        raise RuntimeError(f"expected scalar type {_scalar(self.dtype)} but found {_scalar(mat2.dtype)}")
     _reject_bool(self.dtype, "bmm")
     return _dot(self, mat2, ((2,), (1,)), ((0,), (0,))).astype(context().out_dtype())
 
@@ -73,6 +115,9 @@ def bmm(self, mat2):
 @lowering(aten.baddbmm.default)
 def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     """aten::baddbmm: beta * self + alpha * bmm(batch1, batch2)."""
+    if not jnp.dtype(self.dtype) == jnp.dtype(batch1.dtype) == jnp.dtype(batch2.dtype):
+        raise RuntimeError(f"Input dtypes must be the same, got: input {_cpp(self.dtype)}, batch1: "
+                           f"{_cpp(batch1.dtype)}, batch2: {_cpp(batch2.dtype)}")
     _reject_bool(batch1.dtype, "baddbmm")
     return _scaled_sum(self, _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha)
 
@@ -81,6 +126,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
 def addbmm(self, batch1, batch2, beta=1, alpha=1):
     """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p),
     accumulated batch by batch like CPU."""
+    _check_addmm_dtypes(self.dtype, batch1, batch2)
     _reject_bool(batch1.dtype, "addmm_impl_cpu_")
     out = context().out_dtype()
     products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
@@ -98,6 +144,10 @@ def addbmm(self, batch1, batch2, beta=1, alpha=1):
 @lowering(aten.mv.default)
 def mv(self, vec):
     """aten::mv: (n, m) @ (m,) -> (n,)."""
+    out_dtype = context().out_dtype()
+    if not jnp.dtype(out_dtype) == jnp.dtype(self.dtype) == jnp.dtype(vec.dtype):
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_scalar(out_dtype)}, "
+                           f"{_scalar(self.dtype)}, and {_scalar(vec.dtype)}")
     _reject_bool(self.dtype, "addmv_impl_cpu")
     return _dot(self, vec, ((1,), (0,))).astype(context().out_dtype())
 
@@ -120,6 +170,9 @@ def addmv(self, mat, vec, beta=1, alpha=1):
 @lowering(aten.dot.default)
 def dot(self, tensor):
     """aten::dot: inner product of two 1-D tensors of the same dtype -> 0-dim."""
+    if jnp.dtype(self.dtype) != jnp.dtype(tensor.dtype):
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_scalar(self.dtype)} "
+                           f"and {_scalar(tensor.dtype)}")
     _reject_bool(self.dtype, "dot")
     return _dot(self, tensor, ((0,), (0,))).astype(context().out_dtype())
 

@@ -521,12 +521,22 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
         dimension_numbers=_conv_numbers(nsp), feature_group_count=groups, precision=_HIGHEST)
 
 
+def _scalar_name(dtype) -> str:
+    from .linalg import _scalar
+
+    return _scalar(dtype)
+
+
 @lowering(aten.convolution.default)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """aten::convolution: 1-3 spatial dims, stride, padding, dilation, groups and
     transposed (with output_padding). input (N, C_in, *), weight (C_out, C_in/g, *k)
     or (C_in, C_out/g, *k) transposed; bias (C_out,). Integer types convolve exactly
     (CPU's slow path supports them); bool raises NotImplementedError."""
+    if jnp.dtype(input.dtype) != jnp.dtype(weight.dtype):
+        # CPU checks this before anything else (lax.conv would raise a TypeError).
+        raise RuntimeError(f"expected scalar type {_scalar_name(input.dtype)} but found "
+                           f"{_scalar_name(weight.dtype)}")
     _require_float(input, "slow_conv2d_cpu", _INTS)
     y = _conv(_acc(input), _acc(weight), stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:
