@@ -119,7 +119,8 @@ class GraphExecutable:
                     env[node] = value
                     continue
                 low = LOWERINGS[node.target]
-                ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index)
+                ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
+                              contiguous=_contiguity(node.args))
                 with tracing(ctx):
                     result = low.fn(*_schema_args(node.target, args, kwargs))
                 for ok, exc_type, message in ctx.checks:
@@ -221,6 +222,12 @@ class GraphExecutable:
             f.write(self.gm.code)
         with open(stem + ".stablehlo.mlir", "w") as f:
             f.write(lowered.as_text())
+
+
+def _contiguity(args) -> tuple:
+    """Whether each tensor argument of a node is contiguous, from its fake tensor."""
+    vals = [a.meta.get("val") for a in args if isinstance(a, torch.fx.Node)]
+    return tuple(v.is_contiguous() for v in vals if isinstance(v, torch.Tensor))
 
 
 def _constant(value):

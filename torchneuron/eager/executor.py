@@ -410,6 +410,7 @@ class OpKernel:
 
             it_geo = iter(geometry)
             it_dyn = iter(dvals)
+            contiguous = []
 
             def tensor(v):
                 if v is _HOST_TENSOR:
@@ -417,6 +418,7 @@ class OpKernel:
                 if v is not _DEVICE_TENSOR:
                     return next(it_dyn)
                 slot, shape, stride, offset, dt = next(it_geo)
+                contiguous.append(views.is_contiguous(shape, stride))
                 return views.read(bufs[slot], dt, shape, stride, at(offset))
 
             args = []
@@ -436,7 +438,7 @@ class OpKernel:
                     args.append(v)
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
                                 for m in metas_out],
-                          rng=tuple(rng) if rng else None)
+                          rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
             with tracing(ctx):
                 result = lowering.fn(*args)
             updates = {}

@@ -341,33 +341,9 @@ def linalg_inv_ex(A, check_errors=False):
 
 def _input_is_contiguous() -> bool:
     """Whether the first tensor argument of the op being traced is contiguous (as
-    `Tensor.is_contiguous()` says), read from the caller's trace: the eager executor's
-    view geometry or the compiled graph's fake tensor. True when neither is found."""
-    import sys
-
-    from ..runtime import views
-
-    frame = sys._getframe(1)
-    try:
-        while frame is not None and "geometry" not in frame.f_locals and "node" not in frame.f_locals:
-            frame = frame.f_back
-        if frame is None:
-            return True
-        names = frame.f_locals
-        geometry = names.get("geometry")
-        if geometry:
-            _, shape, stride = geometry[0][:3]
-            return views.is_contiguous(tuple(shape), tuple(stride))
-        node = names.get("node")
-        val = getattr(node, "args", (None,))[0]
-        val = getattr(val, "meta", {}).get("val")
-        if isinstance(val, torch.Tensor):
-            return val.is_contiguous()
-    except Exception:  # noqa: BLE001 - unknown caller: assume the common layout
-        pass
-    finally:
-        del frame
-    return True
+    `Tensor.is_contiguous()` says)."""
+    contiguous = context().contiguous
+    return contiguous[0] if contiguous else True
 
 
 def _det_lu(A):

@@ -81,6 +81,9 @@ class Context:
     rng: Optional[Tuple[object, object]] = None  # (seed, offset) traced uint64 scalars
     checks: List[Tuple[object, type, str]] = field(default_factory=list)
     salt: int = 0  # distinguishes random nodes of one compiled graph
+    # Per tensor argument, in argument order: whether it is contiguous (CPU kernels such
+    # as det's choose their output layout by it).
+    contiguous: Tuple[bool, ...] = ()
     _draws: int = 0
 
     def out(self, i: int = 0) -> OutSpec:
