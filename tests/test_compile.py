@@ -360,3 +360,29 @@ def test_out_of_range_index_raises_in_compiled_graph(case):
     with pytest.raises(exc):
         cf(x.to("neuron"), bad.to("neuron")).cpu()
     torch.testing.assert_close(cf(x.to("neuron"), good.to("neuron")).cpu(), f(x, good))
+
+
+def test_mark_dynamic_specializes_without_crashing():
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.relu(x) * 2
+
+    cf = torch.compile(f, backend="neuron")
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        xn = x.to("neuron")
+        torch._dynamo.mark_dynamic(xn, 0)
+        torch.testing.assert_close(cf(xn).cpu(), f(x))
+
+
+def test_concurrent_processes_share_one_cache_dir(tmp_path):
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path))
+    env["TORCHNEURON_EXTENSION_DIR"] = torchneuron._extension._build_dir()
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert not [f for f in os.listdir(tmp_path / "executables") if f.endswith(".tmp")]
+    assert _run_child(tmp_path)[:2] == (1, 0)  # the entry they left is whole
