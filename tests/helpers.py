@@ -95,3 +95,24 @@ def make(shape, dtype=torch.float32, seed=0):
     if dtype.is_floating_point:
         return torch.randn(shape, generator=g).to(dtype)
     return torch.randint(0, 20, shape, generator=g).to(dtype)
+
+
+def check_grad(fn, x):
+    """Backpropagates fn(x) (a scalar) on CPU and on neuron, with no CPU fallback, and
+    compares the gradients of x."""
+    xc = x.clone().requires_grad_(True)
+    fn(xc).backward()
+    xn = to_neuron(x).requires_grad_(True)
+    with no_fallback():
+        fn(xn).backward()
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad)
+
+
+class TiedModel(torch.nn.Module):
+    """An embedding and an output projection sharing one weight (tied-weight tests)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 3)
+        self.out = torch.nn.Linear(3, 5, bias=False)
+        self.out.weight = self.emb.weight

@@ -3,7 +3,7 @@ import warnings
 import pytest
 import torch
 
-from helpers import check, check_like_cpu, no_fallback, to_neuron, make
+from helpers import check, check_like_cpu, no_fallback, to_neuron, make, check_grad
 
 # Indexing moves elements without looking at them: a few dtypes of each kind suffice.
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int64, torch.uint8, torch.bool]
@@ -275,13 +275,7 @@ GRAD_OPS = {
 
 @pytest.mark.parametrize("name", list(GRAD_OPS))
 def test_gradients(name):
-    x = make((3, 4), torch.float32, seed=5)
-    xc = x.clone().requires_grad_(True)
-    GRAD_OPS[name](xc).backward()
-    xn = to_neuron(x).requires_grad_(True)
-    with no_fallback():
-        GRAD_OPS[name](xn).backward()
-    torch.testing.assert_close(xn.grad.cpu(), xc.grad)
+    check_grad(GRAD_OPS[name], make((3, 4), torch.float32, seed=5))
 
 
 def test_noncontiguous_and_empty():

@@ -5,7 +5,7 @@ printing, `data_ptr` identity, default device and factories, `non_blocking`."""
 import pytest
 import torch
 
-from helpers import check, no_fallback
+from helpers import check, no_fallback, TiedModel
 
 VIEWS = {
     "slice": lambda x: x[1:3, ::2],
@@ -177,16 +177,9 @@ def test_data_assignment():
     assert torch.equal(r.detach().cpu(), torch.zeros(3))
 
 
-class _Tied(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(5, 3)
-        self.out = torch.nn.Linear(3, 5, bias=False)
-        self.out.weight = self.emb.weight
-
 
 def test_parameters_and_tied_weights_survive_module_to():
-    m = _Tied()
+    m = TiedModel()
     param = m.emb.weight
     m.to("neuron")
     assert m.emb.weight is param  # converted in place through .data, as on CUDA
@@ -219,7 +212,7 @@ def test_data_ptr_identifies_storage():
     assert a[1:].data_ptr() == a.data_ptr() + a.element_size()
     empties = [torch.empty(0, device="neuron") for _ in range(3)]
     assert len({e.untyped_storage().data_ptr() for e in empties}) == 3
-    m = _Tied().to("neuron")
+    m = TiedModel().to("neuron")
     ptrs = {}
     for name, p in m.state_dict().items():
         ptrs.setdefault(p.untyped_storage().data_ptr(), []).append(name)

@@ -8,6 +8,8 @@ import safetensors
 import safetensors.torch as st
 import torch
 
+from helpers import TiedModel
+
 NEURON = torch.device("neuron", 0)
 
 
@@ -124,27 +126,20 @@ def test_safetensors_safe_open_on_neuron(tmp_path):
         safetensors.safe_open(path, framework="pt", device="nonsense")
 
 
-class _Tied(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(5, 3)
-        self.out = torch.nn.Linear(3, 5, bias=False)
-        self.out.weight = self.emb.weight
-
 
 def test_safetensors_model_with_tied_weights(tmp_path):
-    model = _Tied().to("neuron")
+    model = TiedModel().to("neuron")
     path = str(tmp_path / "m.safetensors")
     with pytest.raises(RuntimeError, match="share memory"):
         st.save_file(model.state_dict(), path)  # shared tensors are detected by data_ptr
     st.save_model(model, path)
     with safetensors.safe_open(path, framework="pt") as f:
         assert len(list(f.keys())) == 1  # the tie is stored once
-    fresh = _Tied().to("neuron")
+    fresh = TiedModel().to("neuron")
     missing, unexpected = st.load_model(fresh, path)
     assert not missing and not unexpected
     assert fresh.out.weight is fresh.emb.weight
     assert torch.equal(fresh.emb.weight.detach().cpu(), model.emb.weight.detach().cpu())
-    on_neuron = _Tied()
+    on_neuron = TiedModel()
     st.load_model(on_neuron, path, device="neuron")
     assert torch.equal(on_neuron.emb.weight.detach(), model.emb.weight.detach().cpu())

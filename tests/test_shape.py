@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import check, check_like_cpu, no_fallback, to_neuron, make
+from helpers import check, check_like_cpu, no_fallback, to_neuron, make, check_grad
 
 T = torch.tensor
 NAN = float("nan")
@@ -184,13 +184,7 @@ GRAD_OPS = {
 
 @pytest.mark.parametrize("name", list(GRAD_OPS))
 def test_gradients(name):
-    x = make((4, 5), seed=2)
-    xc = x.clone().requires_grad_(True)
-    GRAD_OPS[name](xc).backward()
-    xn = to_neuron(x).requires_grad_(True)
-    with no_fallback():
-        GRAD_OPS[name](xn).backward()
-    torch.testing.assert_close(xn.grad.cpu(), xc.grad)
+    check_grad(GRAD_OPS[name], make((4, 5), seed=2))
 
 
 def _words(text):
