@@ -86,3 +86,85 @@ def test_autograd_profiler_sees_events_too():
     names = {e.name for e in prof.function_events}
     assert "neuron::op::aten::mul.Tensor" in names
     assert "neuron::device_to_host" in names
+
+
+def _kernels_and_ops(tmp_path, prof):
+    path = tmp_path / "device_trace.json"
+    prof.export_chrome_trace(str(path))
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    ops = {e["args"]["External id"]: e for e in events
+           if e.get("cat") == "user_annotation" or e["name"].startswith("neuron::")
+           if "External id" in e.get("args", {})}
+    return kernels, ops
+
+
+def test_device_time_from_the_xla_profiler_is_attached_to_ops_and_graphs(tmp_path):
+    a = torch.randn(67, 45, device="neuron")
+    b = torch.randn(45, 31, device="neuron")
+    compiled = torch.compile(lambda t: torch.tanh(t) * 2 - 1, backend="neuron")
+    torch.mm(a, b), compiled(a)  # compile outside the window
+    torch.neuron.synchronize()
+    with torch.profiler.profile() as prof:
+        for _ in range(3):
+            torch.mm(a, b)
+        compiled(a)
+        torch.neuron.synchronize()
+
+    averages = {e.key: e for e in prof.key_averages()}
+    mm = averages["neuron::op::aten::mm"]
+    assert mm.count == 3 and mm.self_device_time_total > 0
+    assert averages["aten::mm"].device_time_total >= mm.self_device_time_total  # inclusive, like CUDA
+    graph = [e for k, e in averages.items() if k.startswith("neuron::graph::")]
+    assert graph and graph[0].self_device_time_total > 0
+    assert "Self NEURON" in prof.key_averages().table(row_limit=5)
+
+    kernels, ops = _kernels_and_ops(tmp_path, prof)
+    assert kernels and all(k["args"]["hlo_module"].startswith("jit_") for k in kernels)
+    linked = [ops[k["args"]["External id"]] for k in kernels if k["args"].get("External id") in ops]
+    assert {op["name"] for op in linked} >= {"neuron::op::aten::mm", graph[0].key}
+    for kernel in kernels:
+        op = ops.get(kernel["args"].get("External id"))
+        assert op is not None, f"device kernel {kernel} not linked to the op that dispatched it"
+        # A kernel runs after its op started dispatching it (Kineto and XLA share the
+        # wall clock; 1 ms slack for their clock reads).
+        assert kernel["ts"] >= op["ts"] - 1000
+
+
+def test_device_executions_parse_the_xla_profile_on_the_wall_clock():
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    def neuron_test_kernel(x):
+        return jnp.sin(x) @ x
+
+    fn = jax.jit(neuron_test_kernel)
+    x = jnp.ones((64, 64))
+    fn(x).block_until_ready()
+    before = time.time_ns()
+    torchneuron.profiler._start_device_trace()
+    for _ in range(4):
+        fn(x).block_until_ready()
+    runs = torchneuron.profiler._stop_device_trace()
+    after = time.time_ns()
+    mine = [r for r in runs if r[0] == "jit_neuron_test_kernel"]
+    assert len(mine) == 4
+    starts = [r[2][0][1] for r in mine]
+    assert starts == sorted(starts)
+    for _, device, kernels in mine:
+        assert device == 0 and kernels
+        for _, start, end in kernels:
+            assert before <= start <= end <= after
+
+
+def test_cpu_only_profile_records_no_device_activity(tmp_path):
+    x = torch.randn(9, 9, device="neuron")
+    (x @ x).cpu()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (x @ x).cpu()
+    kernels, _ = _kernels_and_ops(tmp_path, prof)
+    assert kernels == []
+    assert all(e.self_device_time_total == 0 for e in prof.key_averages())

@@ -39,10 +39,11 @@ def install() -> None:
     from .eager import install as eager_install
 
     eager_install.install()
-    from . import printing, safetensors_device
+    from . import printing, profiler, safetensors_device
 
     safetensors_device.install()
     printing.install()
+    profiler.install()
 
 
 def _configure_logging() -> None:

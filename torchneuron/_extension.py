@@ -1,4 +1,4 @@
-"""Builds (once, cached by source hash) and loads the C++ shim `csrc/neuron.cpp`."""
+"""Builds (once, cached by source hash) and loads the C++ shim `csrc/*.cpp`."""
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -11,7 +11,8 @@ import tempfile
 from . import config
 
 _module = None
-_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "neuron.cpp")
+_CSRC = os.path.join(os.path.dirname(__file__), "csrc")
+_SOURCES = [os.path.join(_CSRC, name) for name in ("neuron.cpp", "profiler.cpp")]
 
 
 def _build_dir() -> str:
@@ -19,8 +20,11 @@ def _build_dir() -> str:
 
     if config.EXTENSION_DIR:
         return config.EXTENSION_DIR
-    with open(_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read() + torch.__version__.encode() + sys.version.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(torch.__version__.encode() + sys.version.encode())
+    for source in _SOURCES:
+        with open(source, "rb") as f:
+            digest.update(f.read())
+    digest = digest.hexdigest()[:16]
     return os.path.join(config.CACHE_DIR, "extensions", digest)
 
 
@@ -64,6 +68,7 @@ def _build(build_dir: str, target: str):
     """Builds the shim in a private directory, loads it, and publishes it at `target`."""
     # The builder warns about a missing CUDA runtime, which is irrelevant here.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    import torch
     from torch.utils import cpp_extension
 
     # ninja is installed into the interpreter's environment; make it findable even when
@@ -74,9 +79,11 @@ def _build(build_dir: str, target: str):
     private = tempfile.mkdtemp(prefix="build-", dir=build_dir)
     module = cpp_extension.load(
         name="torchneuron_C",
-        sources=[_SOURCE],
+        sources=_SOURCES,
         build_directory=private,
-        extra_cflags=["-O2"],
+        # The profiler plugin implements Kineto's interfaces, whose headers torch ships.
+        extra_cflags=["-O2", "-DUSE_KINETO"],
+        extra_include_paths=[os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
         verbose=False,
     )
     staged = target + f".{os.getpid()}.tmp"

@@ -15,8 +15,16 @@ RecordFunction machinery (so they appear in ``prof.key_averages().table()`` and 
 | ``neuron::cpu_fallback::<aten op>`` | an op run on the CPU because it has no lowering |
 
 Dispatch is asynchronous: an op or graph event measures the host's time to dispatch
-the work, not the device's time to run it. Device time shows up where the host waits:
-in ``neuron::synchronize`` and ``neuron::device_to_host`` events.
+the work, not the device's time to run it.
+
+Device time. When the profile records ``ProfilerActivity.PrivateUse1`` (the default
+when `neuron` is available), the shim's Kineto activity profiler (csrc/profiler.cpp)
+runs the PJRT/XLA profiler for the same window. Every kernel XLA measured on the device
+(a thunk on XLA:CPU, a GPU kernel on CUDA) becomes a device event named after the HLO
+instruction, linked to the ``neuron::op::...`` or ``neuron::graph::...`` event that
+dispatched its executable: ``key_averages()`` then has "Self NEURON" and "NEURON total"
+columns, and the chrome trace a `neuron` device row. Executions of one executable are
+paired with its dispatches in order.
 
 When no profiler is active these helpers cost one C call (``enabled()``) and record
 nothing.
@@ -24,6 +32,8 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import warnings
+from typing import List, Tuple
 
 import torch
 from torch._C._profiler import _RecordFunctionFast
@@ -43,3 +53,75 @@ def record(name: str, inputs=None):
     if inputs is None:
         return _RecordFunctionFast(name)
     return _RecordFunctionFast(name, list(inputs))
+
+
+# ---------------------------------------------------------------- device time
+_session = None  # the PJRT/XLA profiler session of the current torch.profiler window
+
+
+def mark_execution(module: str) -> None:
+    """Pairs the op being profiled with the next execution of the executable whose HLO
+    module is `module` (called just before dispatching it; a no-op outside a profile
+    that records device activity)."""
+    from . import _extension
+
+    _extension.load().profiler_mark(module)
+
+
+def _start_device_trace() -> None:
+    """Starts the PJRT/XLA profiler (called by the shim when Kineto starts a session)."""
+    global _session
+    from jax._src.lib import _profiler
+
+    options = _profiler.ProfileOptions()
+    options.python_tracer_level = 0  # torch.profiler already traces Python
+    try:
+        _session = _profiler.ProfilerSession(options)
+    except Exception as exc:  # noqa: BLE001 - e.g. a jax.profiler trace is already running
+        warnings.warn(f"torchneuron: no device time in this profile, the XLA profiler did not start: {exc}")
+        _session = None
+
+
+def _stop_device_trace() -> List[Tuple[str, int, List[Tuple[str, int, int]]]]:
+    """Stops the PJRT/XLA profiler; returns its device executions (see
+    `device_executions`). Called by the shim when Kineto stops the session."""
+    global _session
+    session, _session = _session, None
+    if session is None:
+        return []
+    return device_executions(session.stop())
+
+
+def device_executions(xspace: bytes) -> List[Tuple[str, int, List[Tuple[str, int, int]]]]:
+    """The executions in a serialized XSpace (the PJRT/XLA profiler's output):
+    ``[(hlo module, device ordinal, [(kernel, start ns, end ns), ...]), ...]`` ordered
+    by start time, times in ns since the Unix epoch (Kineto's clock). A kernel is an
+    event carrying ``hlo_module`` and ``hlo_op`` stats; kernels of one execution share
+    its ``run_id``."""
+    from jax._src.lib import _profile_data
+
+    data = _profile_data.ProfileData.from_serialized_xspace(xspace)
+    base = 0  # event times are relative to the profile's start
+    for plane in data.planes:
+        base = dict(plane.stats).get("profile_start_time", base)
+    runs = {}
+    for plane in data.planes:
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                if "hlo_module" not in stats or "hlo_op" not in stats:
+                    continue
+                key = (stats["hlo_module"], stats.get("run_id"), int(stats.get("device_ordinal", 0)))
+                runs.setdefault(key, []).append(
+                    (event.name, base + int(event.start_ns), base + int(event.end_ns)))
+    out = [(module, device, sorted(kernels, key=lambda k: k[1]))
+           for (module, _, device), kernels in runs.items()]
+    out.sort(key=lambda run: run[2][0][1])
+    return out
+
+
+def install() -> None:
+    """Hands the shim's Kineto activity profiler its PJRT/XLA profiler callbacks."""
+    from . import _extension
+
+    _extension.load().set_profiler_callbacks(_start_device_trace, _stop_device_trace)

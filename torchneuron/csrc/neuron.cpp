@@ -855,10 +855,14 @@ static void register_hooks() {
   g_hooks_registered = true;
 }
 
+// csrc/profiler.cpp: the Kineto activity profiler that attaches device time.
+void register_profiler(py::module& m);
+
 }  // namespace torchneuron
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchneuron;
+  register_profiler(m);
   m.def("register_hooks", &register_hooks);
   m.def("set_callbacks", &set_callbacks);
   m.def("tensor_meta", &tensor_meta);

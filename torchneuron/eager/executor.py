@@ -15,6 +15,8 @@ shapes, dtypes and strides that the executable then produces.
 """
 from __future__ import annotations
 
+import itertools
+import re
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -37,6 +39,8 @@ _new_output = None  # the C++ shim's new_output, bound at install time
 _buffers = storage.buffers
 _TO_JAX = dtypes.TORCH_TO_JAX
 _profiling = profiler.enabled
+_IDENTIFIER = re.compile(r"\W")
+_executable_ids = itertools.count()
 #: Every OpKernel: `torchneuron.metrics` sums their entries' run counts when asked.
 kernels: List["OpKernel"] = []
 
@@ -98,10 +102,11 @@ def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpO
 class _Entry:
     """A compiled executable and what the executor needs to use its outputs."""
 
-    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs")
+    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs", "module")
 
-    def __init__(self, fn, reads, writes, fresh, checks_):
+    def __init__(self, fn, reads, writes, fresh, checks_, module):
         self.fn = fn
+        self.module = module  # the executable's HLO module name
         # Indices (into the call's tensor list) of one tensor per storage whose buffer
         # the executable reads, in argument order; storages only overwritten whole are
         # not passed.
@@ -173,9 +178,13 @@ class OpKernel:
         if entry is None:
             return self._miss(key, values, tensors, metas, dyn, device)
         if _profiling():
-            with profiler.record(self.event, tensors):
-                return self._run(entry, values, metas, dyn, device)
+            return self._run_profiled(entry, values, tensors, metas, dyn, device)
         return self._run(entry, values, metas, dyn, device)
+
+    def _run_profiled(self, entry, values, tensors, metas, dyn, device):
+        with profiler.record(self.event, tensors):
+            profiler.mark_execution(entry.module)
+            return self._run(entry, values, metas, dyn, device)
 
     def _miss(self, key, values, tensors, metas, dyn, device):
         """Compiles, caches and runs the executable of a new call signature. XLA
@@ -187,8 +196,7 @@ class OpKernel:
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(values, tensors, metas, dyn, device)
             self.cache[key] = entry
-            with profiler.record(self.event, tensors):
-                result = self._run(entry, values, metas, dyn, device)
+            result = self._run_profiled(entry, values, tensors, metas, dyn, device)
         metrics.count("eager_executables_compiled")
         metrics.add_time("eager_compile_seconds", time.perf_counter() - start)
         return result
@@ -475,11 +483,14 @@ class OpKernel:
         example.extend(dyn)
         if self.lowering.random:
             example.extend(_rng_state(values, self.kinds, device, advance=False))
+        # A name unique per executable: XLA's profiler reports device time per HLO
+        # module, named "jit_" + the function's name (see torchneuron.profiler).
+        traced.__name__ = f"neuron_{_IDENTIFIER.sub('_', self.op.name())}_{next(_executable_ids)}"
         fn = jax.jit(traced, donate_argnums=donate)
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
                       [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
-                       for m in fresh_specs], check_info)
+                       for m in fresh_specs], check_info, "jit_" + traced.__name__)
 
     def _write_targets(self, values, tensors, slots, geometry):
         """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
