@@ -99,6 +99,23 @@ def test_generate_greedy_with_kv_cache_equals_cpu(which, request):
     assert len(set(expected.sequences[0, -6:].tolist())) > 1
 
 
+def test_generate_with_static_cache_compiles_decoding_with_neuron_backend(llama_dir):
+    # A static KV cache makes generate() torch.compile the decoding step itself, with
+    # the "neuron" backend (transformers' default compile config for this device).
+    import torchneuron.metrics
+
+    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
+    kwargs = dict(do_sample=False, cache_implementation="static")
+    expected = _generate(AutoModelForCausalLM.from_pretrained(llama_dir), tokenizer, "cpu", **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(llama_dir).to("neuron")
+    before = torchneuron.metrics.get("graph_executions")
+    with no_fallback():
+        out = _generate(model, tokenizer, "neuron", **kwargs)
+    assert model._last_compile_config.backend == "neuron"
+    assert torchneuron.metrics.get("graph_executions") - before >= 5  # the decoding steps
+    assert torch.equal(out.sequences.cpu(), expected.sequences)
+
+
 def test_generate_sampling_is_reproducible_and_respects_top_k(llama_dir):
     tokenizer = AutoTokenizer.from_pretrained(llama_dir)
     model = AutoModelForCausalLM.from_pretrained(llama_dir).to("neuron")
