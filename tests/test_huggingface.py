@@ -116,9 +116,11 @@ def test_generate_with_static_cache_compiles_decoding_with_neuron_backend(llama_
     assert torch.equal(out.sequences.cpu(), expected.sequences)
 
 
-def test_generate_sampling_is_reproducible_and_respects_top_k(llama_dir):
-    tokenizer = AutoTokenizer.from_pretrained(llama_dir)
-    model = AutoModelForCausalLM.from_pretrained(llama_dir).to("neuron")
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_generate_sampling_is_reproducible_and_respects_top_k(which, request):
+    path = request.getfixturevalue(f"{which}_dir")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).to("neuron")
     runs = []
     with no_fallback():
         for seed in (7, 7, 8):
