@@ -43,6 +43,9 @@ def install() -> None:
 
     safetensors_device.install()
     printing.install()
+    from . import distributed
+
+    distributed.register()
 
 
 def _configure_logging() -> None:

@@ -1,0 +1,309 @@
+"""The c10d backend `neuron`: collectives on `neuron` tensors, host-staged over gloo.
+
+Follows the `torch.distributed.Backend` C++ interface (PyTorch's `PyBackend` trampoline
+lets a Python subclass implement it). Each collective copies the `neuron` tensors it
+reads to the host, runs the same collective of a `ProcessGroupGloo` built on the same
+store, and copies the results back in place (`copy_`, so views and strides of the
+caller's tensors are respected) when the work handle is waited on. CPU tensors go to
+gloo unchanged, so one process group serves both devices.
+
+Before each collective the ranks exchange the (collective, dtype, shape) of their
+tensors over gloo (one small all_gather), so that mismatched collectives raise
+`ValueError` on every rank instead of corrupting data or hanging.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+
+from . import metadata
+
+_AVG = dist.ReduceOp.AVG
+_SUM = dist.ReduceOp.SUM
+
+
+def _is_neuron(t: torch.Tensor) -> bool:
+    return t.device.type == "neuron"
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor with the values of `t` (gloo needs dense host memory)."""
+    if not _is_neuron(t):
+        return t
+    return t.detach().to("cpu").contiguous()
+
+
+def _host_empty(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor of `t`'s shape and dtype, for a result gloo writes."""
+    if not _is_neuron(t):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype)
+
+
+def _flatten(nested) -> List[torch.Tensor]:
+    if isinstance(nested, torch.Tensor):
+        return [nested]
+    return [t for item in nested for t in _flatten(item)]
+
+
+def _map(fn: Callable, nested):
+    if isinstance(nested, torch.Tensor):
+        return fn(nested)
+    return [_map(fn, item) for item in nested]
+
+
+class StagedWork(c10d.Work):
+    """Work handle of a host-staged collective (the `torch.distributed.Work` API).
+
+    `wait()` waits for the gloo work, then copies the host results into the caller's
+    `neuron` tensors and runs the collective's epilogue (e.g. the division of
+    `ReduceOp.AVG`); it raises what gloo raised (a `DistBackendError` on a timeout or a
+    lost peer). `get_future()` completes the work first and returns a completed future
+    whose value is the list of output tensors, as gloo's work does.
+    """
+
+    def __init__(self, inner: Optional[c10d.Work], copies, outputs: List[torch.Tensor],
+                 epilogue: Optional[Callable[[], None]] = None):
+        super().__init__()
+        self._inner = inner
+        self._copies = copies
+        self._outputs = outputs
+        self._epilogue = epilogue
+        self._done = False
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        if self._done:
+            return True
+        if self._inner is not None:
+            self._inner.wait(timeout)
+        for device_tensor, host_tensor in self._copies:
+            with torch.no_grad():
+                device_tensor.copy_(host_tensor)
+        if self._epilogue is not None:
+            self._epilogue()
+        self._done = True
+        self._inner = self._copies = self._epilogue = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def is_success(self) -> bool:
+        return self._done
+
+    def get_future(self) -> torch.futures.Future:
+        self.wait()
+        future = torch.futures.Future()
+        future.set_result(self._outputs)
+        return future
+
+    def result(self) -> List[torch.Tensor]:
+        return self._outputs
+
+
+class NeuronBackend(c10d.Backend):
+    """`torch.distributed` backend for `neuron` (and CPU) tensors of one process group.
+
+    Args follow `torch.distributed.Backend.register_backend`'s creator function: the
+    group's store (its keys are put under the prefix ``gloo/``), this process's rank in
+    the group, the group's world size and the collective timeout. One process drives
+    one `neuron` device, as torchrun launches them.
+    """
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._check = metadata.Checker(self._gloo, rank, size)
+
+    # -- identity -----------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return "neuron"
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    # -- helpers ------------------------------------------------------------------
+    def _staged(self, name: str, run: Callable, inputs, outputs, inplace=(),
+                epilogue: Optional[Callable[[], None]] = None, check=None) -> StagedWork:
+        """Stages `inputs` (read) and `outputs` (written) to the host, runs `run` on
+        the host versions and returns the work that copies `outputs` back. `inplace`
+        are tensors both read and written (e.g. all_reduce's). `check` is the
+        metadata every rank must agree on (default: all tensors' dtypes and shapes)."""
+        self._check(name, check if check is not None else (inplace, inputs, outputs))
+        host_of = {}
+
+        def host(t, fill):
+            key = id(t)
+            if key not in host_of:
+                host_of[key] = _host_copy(t) if fill else _host_empty(t)
+            return host_of[key]
+
+        host_inplace = _map(lambda t: host(t, True), inplace)
+        host_inputs = _map(lambda t: host(t, True), inputs)
+        host_outputs = _map(lambda t: host(t, False), outputs)
+        inner = run(host_inplace, host_inputs, host_outputs)
+        written = _flatten(inplace) + _flatten(outputs)
+        copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
+        return StagedWork(inner, copies, written, epilogue)
+
+    def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
+        """gloo has no ReduceOp.AVG: sum, then divide by the world size (integer
+        tensors by truncating division, as NCCL's average does)."""
+        if opts.reduceOp != _AVG:
+            return None
+        opts.reduceOp = _SUM
+        size = self._size
+
+        def divide():
+            with torch.no_grad():
+                for t in tensors:
+                    if t.is_floating_point() or t.is_complex():
+                        t.div_(size)
+                    else:
+                        t.copy_(torch.div(t, size, rounding_mode="trunc"))
+        return divide
+
+    # -- collectives ----------------------------------------------------------------
+    def allreduce(self, tensors, opts):
+        epilogue = self._avg_epilogue(opts, tensors)
+        return self._staged("allreduce", lambda io, i, o: self._gloo.allreduce(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue,
+                            check=(tensors, [opts.reduceOp.op.name]))
+
+    def allreduce_coalesced(self, tensors, opts):
+        epilogue = self._avg_epilogue(opts, tensors)
+        return self._staged("allreduce_coalesced",
+                            lambda io, i, o: self._gloo.allreduce_coalesced(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue)
+
+    def broadcast(self, tensors, opts):
+        return self._staged("broadcast", lambda io, i, o: self._gloo.broadcast(io, opts),
+                            (), (), inplace=tensors)
+
+    def reduce(self, tensors, opts):
+        epilogue = self._avg_epilogue(opts, tensors) if self._rank == opts.rootRank else None
+        if opts.reduceOp == _AVG:
+            opts.reduceOp = _SUM
+        return self._staged("reduce", lambda io, i, o: self._gloo.reduce(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue)
+
+    def allgather(self, output_lists, inputs, opts):
+        return self._staged("allgather", lambda io, i, o: self._gloo.allgather(o, i, opts),
+                            inputs, output_lists)
+
+    def all_gather_single(self, output, input, opts):
+        return self._staged("all_gather_single",
+                            lambda io, i, o: self._gloo._allgather_base(o[0], i[0], opts),
+                            [input], [output])
+
+    _allgather_base = all_gather_single
+
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        return self._staged("allgather_coalesced",
+                            lambda io, i, o: self._gloo.allgather_coalesced(o, i, opts),
+                            inputs, output_lists)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        # gloo's allgather_into_tensor_coalesced: one all_gather per pair, one work.
+        return self._staged("all_gather_single_coalesced",
+                            lambda io, i, o: self._gloo.allgather_into_tensor_coalesced(o, i),
+                            inputs, outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def gather(self, output_lists, inputs, opts):
+        return self._staged("gather", lambda io, i, o: self._gloo.gather(o, i, opts),
+                            inputs, output_lists,
+                            check=(inputs,))
+
+    def scatter(self, outputs, input_lists, opts):
+        return self._staged("scatter", lambda io, i, o: self._gloo.scatter(o, i, opts),
+                            input_lists, outputs, check=(outputs,))
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        epilogue = self._avg_epilogue(opts, outputs)
+        return self._staged("reduce_scatter",
+                            lambda io, i, o: self._gloo.reduce_scatter(o, i, opts),
+                            input_lists, outputs, epilogue=epilogue)
+
+    def reduce_scatter_single(self, output, input, opts):
+        epilogue = self._avg_epilogue(opts, [output])
+        return self._staged("reduce_scatter_single",
+                            lambda io, i, o: self._gloo._reduce_scatter_base(o[0], i[0], opts),
+                            [input], [output], epilogue=epilogue)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        epilogue = self._avg_epilogue(opts, outputs)
+        return self._staged("reduce_scatter_single_coalesced",
+                            lambda io, i, o: self._gloo.reduce_scatter_tensor_coalesced(o, i, opts),
+                            inputs, outputs, epilogue=epilogue)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._staged(
+            "all_to_all_single",
+            lambda io, i, o: self._gloo.alltoall_base(o[0], i[0], output_split_sizes,
+                                                      input_split_sizes, opts),
+            [input], [output],
+            check=([input.dtype], [output.dtype]))
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs, inputs, opts):
+        """gloo has only the single-tensor all_to_all: the lists travel as one flat
+        buffer split by each tensor's number of elements."""
+        if len({t.dtype for t in list(inputs) + list(outputs)}) > 1:
+            raise ValueError("all_to_all: all input and output tensors must have the same dtype")
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype,
+                               device=flat_in.device)
+        inner = self.all_to_all_single(flat_out, flat_in, [t.numel() for t in outputs],
+                                       [t.numel() for t in inputs], c10d.AllToAllOptions())
+
+        def unpack():
+            inner.wait()
+            with torch.no_grad():
+                for t, part in zip(outputs, flat_out.split([t.numel() for t in outputs])):
+                    t.copy_(part.view(t.shape))
+        return StagedWork(None, [], list(outputs), unpack)
+
+    def send(self, tensors, dst_rank, tag):
+        # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
+        work = self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
+        return work
+
+    def recv(self, tensors, src_rank, tag):
+        return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
+
+    def recv_anysource(self, tensors, tag):
+        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors, fill=False)
+
+    def _staged_p2p(self, run, tensors, fill: bool) -> StagedWork:
+        host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
+        inner = run(host)
+        copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
+        return StagedWork(inner, copies, list(tensors))
+
+    def barrier(self, opts):
+        return StagedWork(self._gloo.barrier(opts), [], [])
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._gloo.set_timeout(timeout)
+
+    def abort(self) -> None:
+        self._gloo.abort()
+
+
+def create_backend(options: c10d._DistributedBackendOptions, backend_options=None) -> NeuronBackend:
+    """Creator function given to `Backend.register_backend` (``extended_api=True``)."""
+    return NeuronBackend(options.store, options.group_rank, options.group_size, options.timeout)
