@@ -120,6 +120,8 @@ class NeuronBackend(c10d.Backend):
         self._size = size
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._check = metadata.Checker(self._gloo, rank, size)
+        # Works issued since start_coalescing(), or None outside a coalescing block.
+        self._coalesced: Optional[List[StagedWork]] = None
 
     # -- identity -----------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -127,7 +129,23 @@ class NeuronBackend(c10d.Backend):
 
     @property
     def supports_coalescing(self) -> bool:
-        return False
+        return True
+
+    def start_coalescing(self) -> None:
+        """Opens a coalescing block (`torch.distributed._coalescing_manager`,
+        `batch_isend_irecv`). Its collectives are issued at once, in order; the block
+        yields one work that waits for all of them."""
+        self._coalesced = []
+
+    def end_coalescing(self) -> StagedWork:
+        works, self._coalesced = self._coalesced or [], None
+        return StagedWork(None, [], [t for w in works for t in w.result()],
+                          lambda: [w.wait() for w in works])
+
+    def _record(self, work: StagedWork) -> StagedWork:
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
 
     # -- helpers ------------------------------------------------------------------
     def _staged(self, name: str, run: Callable, inputs, outputs, inplace=(),
@@ -151,7 +169,7 @@ class NeuronBackend(c10d.Backend):
         inner = run(host_inplace, host_inputs, host_outputs)
         written = _flatten(inplace) + _flatten(outputs)
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
-        return StagedWork(inner, copies, written, epilogue)
+        return self._record(StagedWork(inner, copies, written, epilogue))
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
         """gloo has no ReduceOp.AVG: sum, then divide by the world size (integer
@@ -178,10 +196,22 @@ class NeuronBackend(c10d.Backend):
                             check=(tensors, [opts.reduceOp.op.name]))
 
     def allreduce_coalesced(self, tensors, opts):
-        epilogue = self._avg_epilogue(opts, tensors)
-        return self._staged("allreduce_coalesced",
-                            lambda io, i, o: self._gloo.allreduce_coalesced(io, opts),
-                            (), (), inplace=tensors, epilogue=epilogue)
+        # gloo coalesces tensors of one dtype only: one gloo call per dtype.
+        by_dtype = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        works = []
+        for group in by_dtype.values():
+            group_opts = c10d.AllreduceCoalescedOptions()
+            group_opts.reduceOp, group_opts.timeout = opts.reduceOp, opts.timeout
+            epilogue = self._avg_epilogue(group_opts, group)
+            works.append(self._staged(
+                "allreduce_coalesced",
+                lambda io, i, o, group_opts=group_opts: self._gloo.allreduce_coalesced(io, group_opts),
+                (), (), inplace=group, epilogue=epilogue))
+        if len(works) == 1:
+            return works[0]
+        return StagedWork(None, [], list(tensors), lambda: [w.wait() for w in works])
 
     def broadcast(self, tensors, opts):
         return self._staged("broadcast", lambda io, i, o: self._gloo.broadcast(io, opts),
@@ -200,10 +230,10 @@ class NeuronBackend(c10d.Backend):
 
     def all_gather_single(self, output, input, opts):
         return self._staged("all_gather_single",
-                            lambda io, i, o: self._gloo._allgather_base(o[0], i[0], opts),
+                            lambda io, i, o: self._gloo._allgather_base(o[0].view(-1), i[0].view(-1),
+                                                                        opts),
                             [input], [output])
 
-    _allgather_base = all_gather_single
 
     def allgather_coalesced(self, output_lists, inputs, opts):
         return self._staged("allgather_coalesced",
@@ -211,12 +241,9 @@ class NeuronBackend(c10d.Backend):
                             inputs, output_lists)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
-        # gloo's allgather_into_tensor_coalesced: one all_gather per pair, one work.
         return self._staged("all_gather_single_coalesced",
-                            lambda io, i, o: self._gloo.allgather_into_tensor_coalesced(o, i),
+                            lambda io, i, o: self._gloo.all_gather_single_coalesced(o, i, opts),
                             inputs, outputs)
-
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def gather(self, output_lists, inputs, opts):
         return self._staged("gather", lambda io, i, o: self._gloo.gather(o, i, opts),
@@ -236,18 +263,16 @@ class NeuronBackend(c10d.Backend):
     def reduce_scatter_single(self, output, input, opts):
         epilogue = self._avg_epilogue(opts, [output])
         return self._staged("reduce_scatter_single",
-                            lambda io, i, o: self._gloo._reduce_scatter_base(o[0], i[0], opts),
+                            lambda io, i, o: self._gloo._reduce_scatter_base(o[0].view(-1),
+                                                                             i[0].view(-1), opts),
                             [input], [output], epilogue=epilogue)
 
-    _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         epilogue = self._avg_epilogue(opts, outputs)
         return self._staged("reduce_scatter_single_coalesced",
-                            lambda io, i, o: self._gloo.reduce_scatter_tensor_coalesced(o, i, opts),
+                            lambda io, i, o: self._gloo.reduce_scatter_single_coalesced(o, i, opts),
                             inputs, outputs, epilogue=epilogue)
-
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         return self._staged(
@@ -257,7 +282,6 @@ class NeuronBackend(c10d.Backend):
             [input], [output],
             check=([input.dtype], [output.dtype]))
 
-    alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts):
         """gloo has only the single-tensor all_to_all: the lists travel as one flat
@@ -275,12 +299,11 @@ class NeuronBackend(c10d.Backend):
             with torch.no_grad():
                 for t, part in zip(outputs, flat_out.split([t.numel() for t in outputs])):
                     t.copy_(part.view(t.shape))
-        return StagedWork(None, [], list(outputs), unpack)
+        return self._record(StagedWork(None, [], list(outputs), unpack))
 
     def send(self, tensors, dst_rank, tag):
         # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
-        work = self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
-        return work
+        return self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
 
     def recv(self, tensors, src_rank, tag):
         return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
@@ -292,10 +315,10 @@ class NeuronBackend(c10d.Backend):
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
-        return StagedWork(inner, copies, list(tensors))
+        return self._record(StagedWork(inner, copies, list(tensors)))
 
     def barrier(self, opts):
-        return StagedWork(self._gloo.barrier(opts), [], [])
+        return self._record(StagedWork(self._gloo.barrier(opts), [], []))
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         self._gloo.set_timeout(timeout)
