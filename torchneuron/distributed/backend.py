@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
-from . import metadata
+from . import metadata, staging
 
 _AVG = dist.ReduceOp.AVG
 _SUM = dist.ReduceOp.SUM
@@ -30,18 +30,22 @@ def _is_neuron(t: torch.Tensor) -> bool:
     return t.device.type == "neuron"
 
 
+_POOL = staging.HostPool()
+
+
 def _host_copy(t: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU tensor with the values of `t` (gloo needs dense host memory)."""
     if not _is_neuron(t):
         return t
-    return t.detach().to("cpu").contiguous()
+    with torch.no_grad():
+        return _POOL.acquire(t.shape, t.dtype).copy_(t)
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU tensor of `t`'s shape and dtype, for a result gloo writes."""
     if not _is_neuron(t):
         return t
-    return torch.empty(t.shape, dtype=t.dtype)
+    return _POOL.acquire(t.shape, t.dtype)
 
 
 def _flatten(nested) -> List[torch.Tensor]:
@@ -67,10 +71,11 @@ class StagedWork(c10d.Work):
     """
 
     def __init__(self, inner: Optional[c10d.Work], copies, outputs: List[torch.Tensor],
-                 epilogue: Optional[Callable[[], None]] = None):
+                 epilogue: Optional[Callable[[], None]] = None, staged=()):
         super().__init__()
         self._inner = inner
         self._copies = copies
+        self._staged = staged
         self._outputs = outputs
         self._epilogue = epilogue
         self._done = False
@@ -85,8 +90,11 @@ class StagedWork(c10d.Work):
                 device_tensor.copy_(host_tensor)
         if self._epilogue is not None:
             self._epilogue()
+        # The copies above took the host values (host -> device copies copy first).
+        for host_tensor in self._staged:
+            _POOL.release(host_tensor)
         self._done = True
-        self._inner = self._copies = self._epilogue = None
+        self._inner = self._copies = self._epilogue = self._staged = None
         return True
 
     def is_completed(self) -> bool:
@@ -169,7 +177,10 @@ class NeuronBackend(c10d.Backend):
         inner = run(host_inplace, host_inputs, host_outputs)
         written = _flatten(inplace) + _flatten(outputs)
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, written, epilogue))
+        staged = [host_of[id(t)] for t in _flatten(inplace) + _flatten(inputs) + _flatten(outputs)
+                  if _is_neuron(t)]
+        return self._record(StagedWork(inner, copies, written, epilogue,
+                                       list({id(h): h for h in staged}.values())))
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
         """gloo has no ReduceOp.AVG: sum, then divide by the world size (integer
@@ -315,7 +326,8 @@ class NeuronBackend(c10d.Backend):
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, list(tensors)))
+        staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
+        return self._record(StagedWork(inner, copies, list(tensors), staged=staged))
 
     def barrier(self, opts):
         return self._record(StagedWork(self._gloo.barrier(opts), [], []))
