@@ -8,6 +8,7 @@ processes costs more than most scenarios.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -67,7 +68,9 @@ def assert_ok(reports: dict, name: str, ranks) -> None:
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("two"), 2, COLLECTIVES + TRAINING_CI)
+    # dead_rank ends the run: the last rank leaves.
+    return launch(tmp_path_factory.mktemp("two"), 2, COLLECTIVES + TRAINING_CI + ["dead_rank"],
+                  pg_timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -161,13 +164,12 @@ def test_four_ranks_all(four_ranks_slow, name):
     assert_ok(four_ranks_slow, name, range(4))
 
 
-def test_dead_rank_fails_within_timeout(tmp_path):
-    """The last rank exits before the first collective; the others' all_reduce raises
-    (gloo: peer closed the connection, or the 10 s timeout) instead of hanging."""
-    start = time.monotonic()
-    reports = launch(tmp_path, 2, ["dead_rank"], pg_timeout=10, timeout=180)
-    assert_ok(reports, "dead_rank", [0])
-    assert time.monotonic() - start < 150
+def test_dead_rank_fails_within_timeout(two_ranks):
+    """The last rank exits before a collective; the others' all_reduce raises a
+    RuntimeError (gloo: the peer closed the connection, or the 60 s process-group
+    timeout) instead of hanging: the worker checks the type and the time taken."""
+    assert_ok(two_ranks, "dead_rank", [0])
+    assert two_ranks[0]["seconds"]["dead_rank"] < 60 + 15
 
 
 def _free_port() -> int:
@@ -176,17 +178,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_rank_that_never_joins_fails_init_within_timeout(tmp_path):
-    """Rank 0 of a world of two, alone: init_process_group raises after the 5 s
-    process-group timeout (torch.distributed's rendezvous on its TCPStore)."""
-    env = _env(tmp_path, 5)
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="2",
-               LOCAL_RANK="0")
+def test_rank_that_never_joins_fails_init_within_timeout():
+    """Rank 0 of a world of two, alone: init_process_group raises torch.distributed's
+    DistStoreError after the 5 s process-group timeout (its TCPStore rendezvous)."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(WORKER), str(tmp_path), "all_reduce"], env=env,
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    elapsed = time.monotonic() - start
-    assert proc.returncode != 0
-    assert "DistStoreError" in proc.stderr or "imeout" in proc.stderr, proc.stderr[-3000:]
-    assert elapsed < 90, elapsed
-    assert not (tmp_path / "rank0.json").exists()
+    with pytest.raises(dist.DistStoreError):
+        dist.init_process_group("neuron", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
+                                world_size=2, timeout=datetime.timedelta(seconds=5))
+    assert time.monotonic() - start < 30
+    assert not dist.is_initialized()

@@ -109,7 +109,10 @@ def local_batch(config: DistConfig, x: torch.Tensor, y: torch.Tensor):
 def train(config: DistConfig, model: torch.nn.Module, device: torch.device) -> List[float]:
     """Runs `config.steps` AdamW steps; returns each step's loss averaged over ranks
     (the global batch's loss)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, foreach=False)
+    # Tensor parallelism mixes DTensor and plain parameters, which the multi-tensor
+    # (foreach) kernels cannot take in one list.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
+                                  foreach=False if config.parallel == "tp" else None)
     data_gen = torch.Generator().manual_seed(config.seed)
     train_data, _ = split(load_corpus())
     losses = []
@@ -131,7 +134,7 @@ def train_single(config: DistConfig, device: torch.device) -> List[float]:
     """The same run in one process on the whole batch, without torch.distributed."""
     torch.manual_seed(config.seed)
     model = GPT(config.model_config()).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, foreach=False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     data_gen = torch.Generator().manual_seed(config.seed)
     train_data, _ = split(load_corpus())
     losses = []
