@@ -106,9 +106,10 @@ def local_batch(config: DistConfig, x: torch.Tensor, y: torch.Tensor):
     return x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]
 
 
-def train(config: DistConfig, model: torch.nn.Module, device: torch.device) -> List[float]:
-    """Runs `config.steps` AdamW steps; returns each step's loss averaged over ranks
-    (the global batch's loss)."""
+def train(config: DistConfig, model: torch.nn.Module, device: torch.device,
+          distributed: bool = True) -> List[float]:
+    """Runs `config.steps` AdamW steps; returns each step's loss on the global batch
+    (averaged over ranks). `distributed=False`: one process on the whole batch."""
     # Tensor parallelism mixes DTensor and plain parameters, which the multi-tensor
     # (foreach) kernels cannot take in one list.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
@@ -117,16 +118,19 @@ def train(config: DistConfig, model: torch.nn.Module, device: torch.device) -> L
     train_data, _ = split(load_corpus())
     losses = []
     for _ in range(config.steps):
-        x, y = local_batch(config, *get_batch(train_data, config.batch_size, config.seq_len, data_gen))
+        x, y = get_batch(train_data, config.batch_size, config.seq_len, data_gen)
+        if distributed:
+            x, y = local_batch(config, x, y)
         _, loss = model(x.to(device), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0 and config.parallel != "tp":
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-        losses.append(mean.item())
+        loss = loss.detach().clone()
+        if distributed:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        losses.append(loss.item())
     return losses
 
 
@@ -134,20 +138,7 @@ def train_single(config: DistConfig, device: torch.device) -> List[float]:
     """The same run in one process on the whole batch, without torch.distributed."""
     torch.manual_seed(config.seed)
     model = GPT(config.model_config()).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    data_gen = torch.Generator().manual_seed(config.seed)
-    train_data, _ = split(load_corpus())
-    losses = []
-    for _ in range(config.steps):
-        x, y = get_batch(train_data, config.batch_size, config.seq_len, data_gen)
-        _, loss = model(x.to(device), y.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip > 0 and config.parallel != "tp":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return train(config, model, device, distributed=False)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> DistConfig:
