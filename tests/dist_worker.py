@@ -63,9 +63,10 @@ def all_reduce():
         t = inputs[rank].to(DEV)
         dist.all_reduce(t, op=op)
         _close(t, want)
-    ints = _value(rank, dtype=torch.int64).to(DEV)
-    dist.all_reduce(ints)
-    _close(ints, torch.stack([_value(r, dtype=torch.int64) for r in range(world)]).sum(0))
+    for dtype in (torch.int64, torch.int32, torch.float16, torch.bfloat16, torch.float64):
+        t = _value(rank, dtype=dtype).to(DEV)
+        dist.all_reduce(t)
+        _close(t, torch.stack([_value(r, dtype=dtype) for r in range(world)]).sum(0))
     # In place into a strided view: only the viewed column of the base changes.
     base = torch.zeros(4, 3, device=DEV)
     column = base[:, 1]

@@ -117,6 +117,23 @@ def test_mixed_backend_string():
         dist.destroy_process_group()
 
 
+def test_bound_device_and_subgroup():
+    """`device_id=` binds the group to `neuron:0` (PyTorch then asks the backend for its
+    capabilities); barriers with device ids and subgroups use the backend too."""
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1,
+                            device_id=torch.device("neuron:0"))
+    try:
+        assert dist.group.WORLD.bound_device_id == torch.device("neuron:0")
+        dist.barrier(device_ids=[0])
+        sub = dist.new_group([0])
+        assert dist.get_backend(sub) == "neuron"
+        t = torch.ones(2, dtype=torch.bfloat16, device="neuron")
+        dist.all_reduce(t, group=sub)
+        torch.testing.assert_close(t.cpu(), torch.ones(2, dtype=torch.bfloat16))
+    finally:
+        dist.destroy_process_group()
+
+
 def test_compiled_collectives_run_in_strict_mode(world_of_one, monkeypatch):
     """A compiled graph with `_c10d_functional` ops is split around them and runs them
     through the process group; strict mode allows it (communication, not a fallback)."""

@@ -135,9 +135,35 @@ class NeuronBackend(c10d.Backend):
     def getBackendName(self) -> str:
         return "neuron"
 
+    # PyTorch's trampoline reads these capability properties through Python attribute
+    # lookup; one not defined here would resolve to the base binding, which calls the
+    # trampoline again (infinite recursion). So each is stated.
     @property
     def supports_coalescing(self) -> bool:
         return True
+
+    @property
+    def supports_splitting(self) -> bool:
+        return False
+
+    @property
+    def supports_shrinking(self) -> bool:
+        return False
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        return False
+
+    @property
+    def supports_time_estimate(self) -> bool:
+        return False
+
+    @property
+    def supports_window(self) -> bool:
+        return False
+
+    def supports_tensor_alloc(self, device_index: int) -> bool:
+        return False
 
     def start_coalescing(self) -> None:
         """Opens a coalescing block (`torch.distributed._coalescing_manager`,
