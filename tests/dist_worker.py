@@ -66,7 +66,7 @@ def all_reduce():
     for dtype in (torch.int64, torch.int32, torch.float16, torch.bfloat16, torch.float64):
         t = _value(rank, dtype=dtype).to(DEV)
         dist.all_reduce(t)
-        _close(t, torch.stack([_value(r, dtype=dtype) for r in range(world)]).sum(0))
+        _close(t, torch.stack([_value(r, dtype=dtype) for r in range(world)]).sum(0, dtype=dtype))
     # In place into a strided view: only the viewed column of the base changes.
     base = torch.zeros(4, 3, device=DEV)
     column = base[:, 1]

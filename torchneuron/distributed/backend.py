@@ -14,7 +14,7 @@ tensors over gloo (one small all_gather), so that mismatched collectives raise
 from __future__ import annotations
 
 import datetime
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 import torch
 import torch.distributed as dist
