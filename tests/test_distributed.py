@@ -104,6 +104,19 @@ def test_backend_registered_for_neuron():
     assert dist.Backend.backend_capability["neuron"] == ["cpu", "neuron"]
 
 
+def test_default_backend_on_a_neuron_machine():
+    """`init_process_group()` with no backend picks the accelerator's registered
+    backend, as it picks nccl for CUDA."""
+    dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert dist.group.WORLD._get_backend(torch.device("neuron")).name() == "neuron"
+        t = torch.full((2,), 3.0, device="neuron")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        torch.testing.assert_close(t.cpu(), torch.full((2,), 3.0))
+    finally:
+        dist.destroy_process_group()
+
+
 def test_mixed_backend_string():
     """``"cpu:gloo,neuron:neuron"``: CPU tensors go to gloo, `neuron` tensors to ours."""
     dist.init_process_group("cpu:gloo,neuron:neuron", store=dist.HashStore(), rank=0, world_size=1)
