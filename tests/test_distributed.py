@@ -27,11 +27,12 @@ WORKER = REPO / "tests" / "dist_worker.py"
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast_reduce_gather_scatter",
                "all_to_all", "point_to_point", "coalesced", "functional_collectives",
                "compiled_functional_collectives", "mismatch_raises", "dtensor", "ddp_features"]
-# CI runs FSDP2 (with the checkpoint round trip) and tensor-parallel training on two
-# ranks and a sample of the collectives on four; DDP training (DDP's features are in
-# ddp_features) and the other four-rank cases are --runslow.
-TRAINING_CI = ["gpt_fsdp2_and_checkpoint", "gpt_tp"]
-TRAINING_SLOW = ["gpt_ddp"]
+# CI runs FSDP2 training (with the checkpoint round trip) on two ranks and a sample of
+# the collectives on four (within the suite's time budget); DDP and tensor-parallel
+# training (DDP's features are in ddp_features, DTensor in dtensor) and the other
+# four-rank cases are --runslow.
+TRAINING_CI = ["gpt_fsdp2_and_checkpoint"]
+TRAINING_SLOW = ["gpt_ddp", "gpt_tp"]
 FOUR_CI = ["all_reduce", "reduce_scatter", "all_to_all", "point_to_point"]
 FOUR_SLOW = [name for name in COLLECTIVES if name not in FOUR_CI]
 
