@@ -44,6 +44,9 @@ def install() -> None:
     safetensors_device.install()
     printing.install()
     profiler.install()
+    from . import distributed
+
+    distributed.register()
 
 
 def _configure_logging() -> None:
