@@ -11,6 +11,7 @@ back into the real tensors' storages. Random nodes draw from the device generato
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import operator
 import os
@@ -216,7 +217,14 @@ class GraphExecutable:
         start = time.perf_counter()
         found = []
         with profiler.record(f"neuron::compile_graph::{self.name}"):
-            jitted = jax.jit(lambda *xs: self._interpret(geometry, found, *xs))
+            def interpret(*xs):
+                return self._interpret(geometry, found, *xs)
+
+            # The HLO module's name ("jit_" + this) tells graphs apart in XLA's profiler;
+            # derived from the graph's code, it is the same in every process, so the
+            # on-disk cache keeps hitting.
+            interpret.__name__ = "neuron_graph_" + hashlib.sha256(self.gm.code.encode()).hexdigest()[:12]
+            jitted = jax.jit(interpret)
             lowered = jitted.lower(*example)
             if config.DUMP_DIR:
                 self._dump(lowered)

@@ -137,6 +137,9 @@ struct Counter {
 struct DeviceStats {
   Counter bytes;
   Counter blocks;
+  std::atomic<int64_t> ooms{0};
+  // The bytes the device can hold (set from Python when PJRT starts); 0: unknown.
+  std::atomic<uint64_t> capacity{0};
 };
 static DeviceStats g_stats[kMaxDevices];
 
@@ -178,12 +181,21 @@ static void free_block(void* ctx) {
 struct NeuronAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = t_current_device;
+    DeviceStats& s = g_stats[device];
+    // Buffers are made later, by PJRT; a storage the device can never hold fails here,
+    // at the op, as CUDA's allocator does, not at some later synchronization.
+    uint64_t capacity = s.capacity.load();
+    if (capacity && nbytes > capacity) {
+      s.ooms.fetch_add(1);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory on neuron:", static_cast<int>(device),
+                       ": tried to allocate ", static_cast<double>(nbytes) / (1 << 30), " GiB; the device holds ",
+                       static_cast<double>(capacity) / (1 << 30), " GiB in all.");
+    }
     // Every storage, even an empty one, gets a distinct handle so that data_ptr()
     // identifies it (tied-weight detection, the registry key).
     uint64_t span = (std::max<uint64_t>(nbytes, 1) + kAlign - 1) / kAlign * kAlign;
     uint64_t handle = g_next_handle.fetch_add(span);
     auto* block = new Block{handle, nbytes, device};
-    DeviceStats& s = g_stats[device];
     s.bytes.increase(static_cast<int64_t>(nbytes));
     s.blocks.increase(1);
     return {reinterpret_cast<void*>(handle), block, &free_block,
@@ -832,7 +844,7 @@ static py::dict device_stats(int index) {
   for (const char* name : {"allocation", "segment", "active"}) put(name, s.blocks);
   for (const char* name : {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"}) put(name, s.bytes);
   d["num_alloc_retries"] = 0;
-  d["num_ooms"] = 0;
+  d["num_ooms"] = s.ooms.load();
   return d;
 }
 
@@ -872,6 +884,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("python_shutdown", &python_shutdown);
+  m.def("set_capacity", [](int index, uint64_t bytes) {
+    stats_of(static_cast<c10::DeviceIndex>(index)).capacity.store(bytes);
+  });
+  m.def("count_oom", [](int index) { stats_of(static_cast<c10::DeviceIndex>(index)).ooms.fetch_add(1); });
   m.def("set_device_count", [](int n) { g_device_count.store(n); });
   m.def("current_device", []() { return static_cast<int>(t_current_device); });
   m.def("set_device", [](int index) {
