@@ -1,0 +1,138 @@
+"""Runs the sweep: one subprocess per model with a time limit, a progress bar, and a
+resumable results file.
+
+The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}``
+(a result as `worker.run_model` returns it), rewritten atomically after every model.
+Models already in it are not run again, so an interrupted sweep continues where it
+stopped. A worker that crashes or outlives its time limit is killed (with its process
+group); the stages it finished are kept and the stage it was in is recorded as an error
+of class ``Timeout`` or ``Crash``.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from . import enumerate as models
+from .worker import STAGES
+
+
+def load(path: str) -> dict:
+    """The results file at `path`, or an empty one when it does not exist."""
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"meta": {}, "models": {}}
+
+
+def save(results: dict, path: str) -> None:
+    """Writes `results` to `path` atomically (a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "jax", "transformers", "timm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) -> dict:
+    """Runs `name` in a fresh ``python -m torchneuron.sweep.worker`` subprocess.
+
+    Returns the worker's result; on a crash or after `timeout_s` seconds (the whole
+    process group is killed) the stages it finished plus an error for the one it was in."""
+    with tempfile.TemporaryDirectory(prefix="torchneuron-sweep-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, "-m", "torchneuron.sweep.worker", name, path, "--seed", str(seed)]
+        if not compile:
+            cmd.append("--no-compile")
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+            failure = None if proc.returncode == 0 else ("Crash", f"worker exited with code {proc.returncode}: "
+                                                          + " ".join(stderr.split()[-40:]))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            failure = ("Timeout", f"model exceeded the {timeout_s:.0f} s limit")
+        try:
+            with open(path) as f:
+                result = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            result = {"model": name, "covered": False, "stages": {}}
+    result["time_s"] = round(time.perf_counter() - start, 3)
+    if failure is not None:
+        _record_failure(result, *failure)
+    return result
+
+
+def _record_failure(result: dict, kind: str, message: str) -> None:
+    if not result.get("covered"):
+        result["reason"] = f"{kind}: {message} (in the CPU reference run)"
+        return
+    for stage in STAGES:
+        entry = result["stages"].get(stage)
+        if entry is None or "time_s" not in entry:
+            result["stages"][stage] = {"status": "error", "error_type": kind, "error": message}
+            return
+
+
+def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str = "sweep/results.json",
+          timeout_s: float = 180.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
+          compile: bool = True) -> dict:
+    """Runs the models of `suite` (the first `limit` of each suite, or `names`) that
+    `out` does not hold yet, `jobs` at a time, saving `out` after each. Returns the
+    results. Raises ValueError for an unknown suite."""
+    from tqdm import tqdm
+
+    if names is None:
+        suites = models.SUITES if suite == "all" else (suite,)
+        names = [n for s in suites for n in models.model_names(s)[:limit]]
+    results = load(out)
+    results["meta"] = {"updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "seed": seed, "timeout_s": timeout_s, "versions": _versions(),
+                       "command": "python -m torchneuron sweep " + " ".join(sys.argv[2:])}
+    todo = [n for n in names if n not in results["models"]]
+    lock = threading.Lock()
+    bar = tqdm(total=len(names), initial=len(names) - len(todo), disable=not progress, unit="model",
+               dynamic_ncols=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, n, timeout_s, seed, compile): n for n in todo}
+        for fut in concurrent.futures.as_completed(futures):
+            result = fut.result()
+            with lock:
+                results["models"][futures[fut]] = result
+                save(results, out)
+            bar.set_postfix_str(f"{futures[fut]}: {summary(result)}", refresh=False)
+            bar.update()
+    bar.close()
+    return results
+
+
+def summary(result: dict) -> str:
+    """One word per stage, e.g. ``pass/pass/mismatch/error``, or ``not covered``."""
+    if not result.get("covered"):
+        return "not covered"
+    return "/".join(result["stages"].get(s, {}).get("status", "skip") for s in STAGES)
