@@ -45,7 +45,7 @@ _STAGE_DEPTHS = ("depths", "num_layers_per_stage", "layers_per_stage")
 _STAGE_WIDTHS = ("hidden_sizes", "embed_dims", "dims", "num_channels_per_stage")
 
 #: Model size above which a model is not built (the sweep's models must stay tiny).
-MAX_PARAMS = 60_000_000
+MAX_PARAMS = 100_000_000
 
 BATCH = 2
 SEQ_LEN = 8
@@ -67,9 +67,21 @@ def model_names(suite: str = "all") -> list[str]:
     if suite == "timm":
         import timm
 
-        names = sorted(timm.list_models())
+        names = sorted(timm.list_models(), key=lambda n: (_size_rank(n), n))
         return [f"timm/{n}" for n in _spread(names, lambda n: n.split("_")[0].rstrip("0123456789"))]
     raise ValueError(f"unknown suite {suite!r}; expected one of {SUITES + ('all',)}")
+
+
+#: timm's size words, smallest first; a name without one ranks in the middle.
+_SIZES = ("atto", "femto", "pico", "nano", "tiny", "xxs", "xs", "mini", "small", "s", "",
+          "medium", "m", "base", "b", "large", "l", "xl", "huge", "h", "giant", "g", "gigantic")
+
+
+def _size_rank(name: str) -> int:
+    """Where `name`'s size word ranks in `_SIZES`, so small variants run first."""
+    words = set(name.replace(".", "_").split("_"))
+    ranks = [i for i, size in enumerate(_SIZES) if size in words]
+    return min(ranks) if ranks else _SIZES.index("")
 
 
 def _spread(names, family):
@@ -84,8 +96,9 @@ def _spread(names, family):
 def build(name: str, seed: int = 0):
     """Builds model `name` on the CPU with random weights from `seed`.
 
-    Returns ``(model, inputs)``: the `nn.Module` in eval mode (dropout off, so runs
-    are deterministic) and a dict of CPU keyword arguments for its forward. Raises
+    Returns ``(model, candidates)``: the `nn.Module` in eval mode (dropout off, so runs
+    are deterministic) and a list of dicts of CPU keyword arguments for its forward,
+    the fullest first (a caller uses the first the CPU runs). Raises
     whatever the model's own constructor raises, and `ValueError` for a model over
     `MAX_PARAMS` parameters.
     """
@@ -189,9 +202,10 @@ def _image_size(config):
     return (size, size)
 
 
-def _transformers_inputs(model, config) -> dict:
-    """Inputs from the model's forward signature: its main input, plus decoder ids for
-    encoder-decoder models. Integer ids are drawn below the text vocabulary."""
+def _transformers_inputs(model, config) -> list[dict]:
+    """Input candidates from the model's forward signature: its main input, plus decoder
+    ids for encoder-decoder models; for a model whose forward also takes images (CLIP
+    style), first a candidate with both. Integer ids are drawn below the text vocabulary."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
     vocab = _sub(config.get_text_config() if hasattr(config, "get_text_config") else config,
@@ -219,7 +233,11 @@ def _transformers_inputs(model, config) -> dict:
         inputs[main] = ids()
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         inputs["decoder_input_ids"] = ids()
-    return inputs
+    if "pixel_values" in params and "pixel_values" not in inputs:
+        channels = _sub(config, "num_channels", "in_channels") or 3
+        images = torch.randn(BATCH, channels, *_image_size(config))
+        return [{**inputs, "pixel_values": images}, inputs]
+    return [inputs]
 
 
 # --- timm --------------------------------------------------------------------------
@@ -234,13 +252,12 @@ def _build_timm(name: str):
     # Models with a fixed token grid (ViT family) take `img_size`; convnets take any.
     try:
         _check_size(lambda: make(img_size=TIMM_IMAGE))
-        model, size = make(img_size=TIMM_IMAGE), TIMM_IMAGE
+        model = make(img_size=TIMM_IMAGE)
+        sizes = [(TIMM_IMAGE, TIMM_IMAGE)]
     except TypeError:
         _check_size(make)
         model = make()
-        size = TIMM_IMAGE
-        fixed = getattr(model, "pretrained_cfg", {}).get("fixed_input_size", False)
-        if fixed:
-            size = model.pretrained_cfg["input_size"][-1]
-    channels = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0]
-    return model, {"x": torch.randn(BATCH, channels, size, size)}
+        # Some convnets need their default size (attention over a fixed feature grid).
+        sizes = [(TIMM_IMAGE, TIMM_IMAGE), tuple(model.pretrained_cfg["input_size"][-2:])]
+    channels = model.pretrained_cfg.get("input_size", (3,))[0]
+    return model, [{"x": torch.randn(BATCH, channels, *hw)} for hw in sizes]

@@ -99,6 +99,17 @@ def _projection(outputs: list) -> list:
             for o in outputs]
 
 
+def _reference_inputs(model, candidates: list):
+    """(inputs, CPU outputs) of the first input candidate the CPU model runs; raises the
+    last candidate's error when none runs."""
+    for i, inputs in enumerate(candidates):
+        try:
+            return inputs, flatten(model(**inputs))
+        except Exception:
+            if i == len(candidates) - 1:
+                raise
+
+
 def _grads(model) -> list:
     return [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
 
@@ -168,8 +179,8 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
     _save(result, path)
     start = time.perf_counter()
     try:
-        model, inputs = models.build(name, seed)
-        ref_out = flatten(model(**inputs))
+        model, candidates = models.build(name, seed)
+        inputs, ref_out = _reference_inputs(model, candidates)
         weights = _projection(ref_out)
         ref_out = [o.detach() for o in ref_out]
         if not ref_out:
