@@ -101,13 +101,14 @@ def _projection(outputs: list) -> list:
 
 def _reference_inputs(model, candidates: list):
     """(inputs, CPU outputs) of the first input candidate the CPU model runs; raises the
-    last candidate's error when none runs."""
-    for i, inputs in enumerate(candidates):
+    first (fullest) candidate's error when none runs."""
+    first = None
+    for inputs in candidates:
         try:
             return inputs, flatten(model(**inputs))
-        except Exception:
-            if i == len(candidates) - 1:
-                raise
+        except Exception as exc:  # noqa: BLE001 - the next candidate may run
+            first = first or exc
+    raise first
 
 
 def _grads(model) -> list:
