@@ -97,5 +97,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     # Table rows with headers: summary 1+3 (timm, transformers, all), operators 1+3,
     # failures 1+2, models 1+4, not covered 1+1.
     assert 'data-rows="18"' in body.group(1), body.group(1)
-    console_errors = [l for l in proc.stderr.splitlines() if "CONSOLE" in l and "ERROR" in l.upper()]
-    assert not console_errors, console_errors
+    # Chromium logs every console message as "...:CONSOLE:<line>] ..." (script errors
+    # included); the page itself logs nothing.
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console
