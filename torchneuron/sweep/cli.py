@@ -27,10 +27,12 @@ def add_commands(commands) -> None:
 
 
 def _sweep(args) -> int:
+    import sys
+
     from . import report, runner
 
     results = runner.sweep(args.suite, args.limit, args.jobs, args.out, args.timeout, args.seed,
-                           names=args.model)
+                           names=args.model, command=" ".join(["python -m torchneuron", *sys.argv[1:]]))
     if args.report:
         report.render(results, args.report)
     print(report.text_summary(results))

@@ -150,7 +150,8 @@ def render_html(results: dict) -> str:
     meta = results.get("meta", {})
     versions = ", ".join(f"{k} {v}" for k, v in sorted(meta.get("versions", {}).items()))
     meta_text = html.escape(f"Updated {meta.get('updated', '?')}; seed {meta.get('seed', '?')}; "
-                            f"{meta.get('timeout_s', '?')} s per model; {versions}.")
+                            f"{meta.get('timeout_s', '?')} s per model; {versions}. "
+                            f"Last command: {meta.get('command') or '?'}")
     suites = sorted({r["model"].split("/")[0] for r in results["models"].values()})
     summary = []
     for suite in suites + [None]:

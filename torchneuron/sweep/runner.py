@@ -115,10 +115,11 @@ def _record_failure(result: dict, kind: str, message: str) -> None:
 
 def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str = "sweep/results.json",
           timeout_s: float = 180.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
-          compile: bool = True) -> dict:
+          compile: bool = True, command: str = "") -> dict:
     """Runs the models of `suite` (the first `limit` of each suite, or `names`) that
-    `out` does not hold yet, `jobs` at a time, saving `out` after each. Returns the
-    results. Raises ValueError for an unknown suite."""
+    `out` does not hold yet, `jobs` at a time, saving `out` after each; `command` is
+    recorded in the file's meta data. Returns the results. Raises ValueError for an
+    unknown suite."""
     from tqdm import tqdm
 
     if names is None:
@@ -129,7 +130,7 @@ def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str 
     results = load(out)
     results["meta"] = {"updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "seed": seed, "timeout_s": timeout_s, "versions": _versions(),
-                       "command": "python -m torchneuron sweep " + " ".join(sys.argv[2:])}
+                       "command": command}
     todo = [n for n in names if n not in results["models"]]
     lock = threading.Lock()
     bar = tqdm(total=len(names), initial=len(names) - len(todo), disable=not progress, unit="model",
