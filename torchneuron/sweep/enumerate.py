@@ -221,6 +221,10 @@ def _transformers_inputs(model, config) -> list[dict]:
         channels = _sub(config, "num_channels", "in_channels") or 3
         inputs["pixel_values"] = torch.randn(BATCH, channels, *_image_size(config))
     elif main == "input_values":
+        mels = _sub(config, "num_mel_bins")
+        if mels:  # a spectrogram (frames, mel bins), e.g. the Audio Spectrogram Transformer
+            frames = _sub(config, "max_length") or 128
+            return [{"input_values": torch.randn(BATCH, frames, mels)}]
         inputs["input_values"] = torch.randn(BATCH, 4000)
     elif main == "input_features":
         mels = _sub(config, "num_mel_bins", "feature_size", "input_feat_per_channel") or 80
