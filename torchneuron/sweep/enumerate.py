@@ -204,7 +204,7 @@ def _image_size(config):
 
 def _transformers_inputs(model, config) -> list[dict]:
     """Input candidates from the model's forward signature: its main input, plus decoder
-    ids for encoder-decoder models; for a model whose forward also takes images (CLIP
+    ids for encoder-decoder models and any other required `*input_ids`; for a model whose forward also takes images (CLIP
     style), first a candidate with both. Integer ids are drawn below the text vocabulary."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
@@ -237,6 +237,10 @@ def _transformers_inputs(model, config) -> list[dict]:
         inputs[main] = ids()
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         inputs["decoder_input_ids"] = ids()
+    # Other required token inputs (e.g. InstructBLIP's `qformer_input_ids`).
+    for pname, p in params.items():
+        if p.default is inspect.Parameter.empty and pname.endswith("input_ids") and pname not in inputs:
+            inputs[pname] = ids()
     if "pixel_values" in params and "pixel_values" not in inputs:
         channels = _sub(config, "num_channels", "in_channels") or 3
         images = torch.randn(BATCH, channels, *_image_size(config))
