@@ -1,11 +1,10 @@
-"""Runs the sweep: one subprocess per model with a time limit, a progress bar, and a
+"""Runs the sweep: one process per model with a time limit, a progress bar, and a
 resumable results file.
 
 The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}``
 (a result as `worker.run_model` returns it), rewritten atomically after every model.
 Models already in it are not run again, so an interrupted sweep continues where it
-stopped. A worker that crashes or outlives its time limit is killed (with its process
-group); the stages it finished are kept and the stage it was in is recorded as an error
+stopped. A worker that crashes or outlives its time limit is killed; the stages it finished are kept and the stage it was in is recorded as an error
 of class ``Timeout`` or ``Crash``.
 """
 from __future__ import annotations
@@ -16,14 +15,14 @@ import itertools
 import json
 import os
 import platform
-import signal
-import subprocess
+import multiprocessing
 import sys
 import tempfile
 import threading
 import time
 
 from . import enumerate as models
+from . import worker
 from .worker import STAGES
 
 
@@ -57,27 +56,49 @@ def _versions() -> dict:
     return out
 
 
-def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) -> dict:
-    """Runs `name` in a fresh ``python -m torchneuron.sweep.worker`` subprocess.
+#: What the fork server imports once, so each model's process starts without paying
+#: for importing torch, transformers and timm (none of them starts the PJRT client, so
+#: a forked child may start its own).
+PRELOAD = ["torchneuron.sweep.worker", "transformers.modeling_utils", "timm"]
 
-    Returns the worker's result; on a crash or after `timeout_s` seconds (the whole
-    process group is killed) the stages it finished plus an error for the one it was in."""
+_context = None
+
+
+def _processes():
+    """The multiprocessing context every worker starts from: a fork server that has
+    imported `PRELOAD`. Each model still gets a fresh process of its own."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) -> dict:
+    """Runs `name` in a fresh process (forked from a server that preloaded the imports).
+
+    Returns the worker's result; on a crash or after `timeout_s` seconds (the process is
+    killed) the stages it finished plus an error for the one it was in."""
+    from .. import config
+
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(config.CACHE_DIR, "sweep-jax-cache")
     with tempfile.TemporaryDirectory(prefix="torchneuron-sweep-") as tmp:
-        path = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, "-m", "torchneuron.sweep.worker", name, path, "--seed", str(seed)]
-        if not compile:
-            cmd.append("--no-compile")
+        path, log = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
+        proc = _processes().Process(target=worker.child, args=(name, path, log, seed, compile, cache),
+                                    daemon=True)
+        proc.start()
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True, text=True, env=_worker_env())
-        try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-            failure = None if proc.returncode == 0 else ("Crash", f"worker exited with code {proc.returncode}: "
-                                                          + " ".join(stderr.split()[-40:]))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
             failure = ("Timeout", f"model exceeded the {timeout_s:.0f} s limit")
+        elif proc.exitcode != 0:
+            with open(log, errors="replace") as f:
+                tail = " ".join(f.read().split()[-40:])
+            failure = ("Crash", f"worker exited with code {proc.exitcode}: {tail}")
+        else:
+            failure = None
         try:
             with open(path) as f:
                 result = json.load(f)
@@ -87,19 +108,6 @@ def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) ->
     if failure is not None:
         _record_failure(result, *failure)
     return result
-
-
-def _worker_env() -> dict:
-    """The environment of a worker: JAX's persistent compilation cache on (unless the
-    user set it), so the eager executables one model compiles (same op, shapes, dtypes)
-    are loaded, not recompiled, by the next model's process. It only saves time."""
-    from .. import config
-
-    env = dict(os.environ)
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(config.CACHE_DIR, "sweep-jax-cache"))
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    return env
 
 
 def _record_failure(result: dict, kind: str, message: str) -> None:

@@ -253,6 +253,30 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
     return result
 
 
+def child(name: str, path: str, log: str, seed: int, compile: bool, jax_cache: str | None) -> None:
+    """Entry point of a runner's worker process: output goes to the file `log`; with
+    `jax_cache`, JAX's persistent compilation cache is on, so the eager executables one
+    model compiled (same op, shapes, dtypes) load in the next model's process."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    _quiet()
+    if jax_cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", jax_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    run_model(name, seed, path, compile=compile)
+
+
+def _quiet() -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+
+
 def main(argv=None) -> int:
     """``python -m torchneuron.sweep.worker MODEL OUT.json [--seed S] [--no-compile]``."""
     import argparse
@@ -263,10 +287,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args(argv)
-    import warnings
-
-    warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
+    _quiet()
     run_model(args.model, args.seed, args.out, compile=not args.no_compile)
     return 0
 
