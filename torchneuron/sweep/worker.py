@@ -17,9 +17,10 @@ recorded from `torchneuron.fallback_ops()` deltas) or ``skip`` (an earlier stage
 needs failed). A model whose CPU reference itself fails is not covered (``covered:
 false`` with the reason): the generic small config does not build it.
 
-Run as ``python -m torchneuron.sweep.worker MODEL OUT.json``: the result is rewritten to
-OUT.json after every stage, so a runner that kills a hung worker still has the stages
-it finished.
+The runner calls `child` in a process of its own per model; by hand, run
+``python -m torchneuron.sweep.worker MODEL OUT.json``. The result is rewritten to its
+file after every stage, so a runner that kills a hung worker still has the stages it
+finished.
 """
 from __future__ import annotations
 
