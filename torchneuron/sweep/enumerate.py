@@ -110,7 +110,19 @@ def build(name: str, seed: int = 0):
         m, inputs = _build_timm(model)
     else:
         raise ValueError(f"unknown suite in model name {name!r}")
+    _break_ties(m)
     return m.eval(), inputs
+
+
+@torch.no_grad()
+def _break_ties(model) -> None:
+    """Adds small seeded noise to every constant parameter (zero-initialized router
+    gates, ones of norms). A zero router makes all expert scores equal, and then which
+    experts `topk` picks is an unspecified tie-break that differs between CPU kernels
+    and any other device: the comparison would test the tie-break, not the model."""
+    for p in model.parameters():
+        if p.is_floating_point() and p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+            p.add_(torch.randn_like(p), alpha=0.02)
 
 
 def _count_params(module) -> int:
