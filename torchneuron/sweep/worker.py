@@ -182,6 +182,9 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
     start = time.perf_counter()
     try:
         model, candidates = models.build(name, seed)
+        # Copied before any forward: a model may cache non-leaf tensors while it runs,
+        # and those cannot be deep-copied (timm's TinyViT attention biases).
+        pristine = copy.deepcopy(model)
         inputs, ref_out = _reference_inputs(model, candidates)
         weights = _projection(ref_out)
         ref_out = [o.detach() for o in ref_out]
@@ -201,7 +204,7 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
     cpu_time = time.perf_counter() - start
 
     with _Stage(result, "load", path) as st:
-        dev_model = copy.deepcopy(model).to("neuron")
+        dev_model = pristine.to("neuron")
         dev_inputs = {k: v.to("neuron") for k, v in inputs.items()}
         st["status"] = "pass"
     st["cpu_reference_s"] = round(cpu_time, 3)
