@@ -94,8 +94,9 @@ def _define(name: str, fn: Callable, mutates_args: tuple, schema: str, dtypes, d
     ns, op_name = name.split("::")
     lib = torch.library.Library(ns, "IMPL")
     _libs.append(lib)
-    lib.impl(op_name, executor.OpKernel(op, registry.LOWERINGS[op], "mutating" if mutates_args else "functional"),
-             "PrivateUse1")
+    eager = executor.OpKernel(op, registry.LOWERINGS[op], "mutating" if mutates_args else "functional")
+    lib.impl(op_name, eager, "PrivateUse1")
+    install.KERNELS[op] = eager
 
     def fake(*values, **kwargs):
         values = _schema_values(op, values, kwargs)
