@@ -27,7 +27,7 @@ from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
 from ..runtime import checks, dtypes, storage, transfer, views
-from . import cache, mutation
+from . import cache, flex_attention, mutation
 
 log = logging.getLogger("torchneuron")
 aten = torch.ops.aten
@@ -64,6 +64,8 @@ def lowerable(node: torch.fx.Node) -> bool:
         return True
     if node.target in mutation.HOPS:
         return mutation.lowerable(node)
+    if node.target in flex_attention.HOPS:
+        return flex_attention.lowerable(node)
     if not isinstance(node.target, torch._ops.OpOverload):
         return False
     if node.target is aten.copy_.default:
@@ -119,6 +121,9 @@ class GraphExecutable:
                     value = jnp.broadcast_to(jnp.asarray(args[1]).astype(spec.dtype), spec.shape)
                     mutations.append(value)
                     env[node] = value
+                    continue
+                if node.target in flex_attention.HOPS:
+                    env[node] = flex_attention.run(node, args, _schema_args, _out_specs, _cast)
                     continue
                 if node.target in mutation.HOPS:
                     target, low = args[0], LOWERINGS[args[0]]
