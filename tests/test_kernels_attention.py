@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron
 from torchneuron.eager import install
 from torchneuron.kernels import attention
 
@@ -140,3 +140,22 @@ def test_dropout_mask_regenerated_per_block():
     torch.testing.assert_close(v.grad[..., 0].cpu(), y.sum(-2).detach().cpu(), atol=1e-5, rtol=1e-5)
     kept = (y.cpu() != 0).float().mean().item()
     assert 0.6 < kept < 0.8, kept
+
+
+@pytest.mark.parametrize("q_shape,k_shape,kw", [
+    ((2, 2, 5, 8), (1, 2, 7, 8), {}),  # key batch broadcast
+    ((1, 2, 5, 8), (2, 2, 7, 8), {}),  # query batch broadcast (math path)
+    ((1, 2, 5, 8), (1, 2, 0, 8), {}),  # no keys
+    ((1, 2, 0, 8), (1, 2, 7, 8), {}),  # no queries
+    ((2, 4, 5, 8), (2, 1, 7, 8), {}),  # one key head broadcast
+    ((2, 3, 5, 8), (2, 2, 7, 8), dict(enable_gqa=True)),  # not a multiple: CPU's error
+    ((2, 4, 5, 8), (2, 2, 7, 8), {}),  # grouped heads without enable_gqa: CPU's error
+])
+def test_sdpa_edge_shapes_like_cpu(q_shape, k_shape, kw):
+    def run(q, k, v):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, **kw)
+        out.backward(torch.ones_like(out))
+        return out, q.grad, k.grad, v.grad
+
+    check_like_cpu(run, torch.randn(q_shape), torch.randn(k_shape), torch.randn(k_shape), **TOL)

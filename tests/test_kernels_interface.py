@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from jax.experimental import pallas as pl
 
 import torchneuron
 from helpers import no_fallback, to_neuron
@@ -43,6 +44,16 @@ def _ste_backward(ctx, grad):
 
 
 clipped_square.register_autograd(_ste_backward)
+
+
+def _axpy_block(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2 + y_ref[...]
+
+
+@torchneuron.kernel("kt::pallas_axpy")
+def pallas_axpy(x, y):
+    """A Pallas kernel (interpret mode: XLA:CPU has no Pallas backend)."""
+    return pl.pallas_call(_axpy_block, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x, y)
 
 
 @torchneuron.kernel("kt::ema_", mutates_args=("avg",))
@@ -139,6 +150,21 @@ def test_mutating_kernel(compiled):
         got = run(an, xn)
     torch.testing.assert_close(got.cpu(), expected)
     torch.testing.assert_close(an.cpu(), a_ref)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_pallas_kernel(compiled):
+    """Pallas calls have no jax.vjp rule: differentiating fails with a hint, and a
+    registered backward works."""
+    x, y = _pair(4)
+    run = torch.compile(pallas_axpy, backend="neuron", fullgraph=True) if compiled else pallas_axpy
+    xn, yn = to_neuron([x, y])
+    with no_fallback():
+        torch.testing.assert_close(run(xn, yn).cpu(), 2 * x + y)
+    if not compiled:
+        with pytest.raises(ValueError) as info:
+            pallas_axpy(xn.requires_grad_(), yn).sum().backward()
+        assert "register_autograd" in str(info.value.__notes__)
 
 
 def test_errors():

@@ -186,7 +186,11 @@ def _register_vjp(name, fn, op_def, op, is_tensor, schema):
                 full[i] = x
             return fn(*full)
 
-        outs, pullback = jax.vjp(primal, *[values[i] for i in diff])
+        try:
+            outs, pullback = jax.vjp(primal, *[values[i] for i in diff])
+        except (TypeError, ValueError) as exc:  # e.g. a Pallas call: no reverse-mode rule
+            exc.add_note(f"jax.vjp cannot differentiate {name}: register a backward with its register_autograd")
+            raise
         leaves, tree = jax.tree_util.tree_flatten(outs)
         cts = [jnp.asarray(c).astype(o.dtype) for c, o in zip(cotangents, leaves)]
         return list(pullback(jax.tree_util.tree_unflatten(tree, cts)))
