@@ -56,7 +56,7 @@ def _sdpa_runs():
     ("additive", 5, 9, 4, 6, 2, 2),
     ("gqa", 7, 5, 8, None, 4, 2),
     ("gqa", 3, 1037, 16, None, 2, 1),  # several 512-key blocks, ragged last block
-    ("causal", 521, 521, 8, None, 1, 1),
+    pytest.param("causal", 521, 521, 8, None, 1, 1, marks=pytest.mark.slow),
 ])
 def test_sdpa_matches_cpu(kind, L, S, E, Ev, H, Hk):
     q, k, v, mask, kw = _case(kind, L, S, E, Ev, H, Hk, B=2 if S < 512 else 1)
