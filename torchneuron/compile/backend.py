@@ -26,6 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .. import config, metrics
+from . import flex_attention
 from .graph import GraphExecutable, lowerable
 
 log = logging.getLogger("torchneuron")
@@ -35,6 +36,9 @@ log = logging.getLogger("torchneuron")
 # `neuron` (Python, calling into JAX) would otherwise be traced as user code.
 for _package in ("torchneuron", "torch_neuronx", "jax", "jaxlib", "ml_dtypes"):
     trace_rules.add(_package)
+
+
+flex_attention.allow_neuron_device()
 
 
 class _Support(OperatorSupport):

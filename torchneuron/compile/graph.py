@@ -28,7 +28,7 @@ from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
 from ..runtime import checks, dtypes, storage, transfer, views
-from . import cache
+from . import cache, flex_attention, mutation
 
 log = logging.getLogger("torchneuron")
 aten = torch.ops.aten
@@ -63,6 +63,10 @@ def lowerable(node: torch.fx.Node) -> bool:
     """Whether a call_function node has a lowering (getitem always does)."""
     if node.target is operator.getitem:
         return True
+    if node.target in mutation.HOPS:
+        return mutation.lowerable(node)
+    if node.target in flex_attention.HOPS:
+        return flex_attention.lowerable(node)
     if not isinstance(node.target, torch._ops.OpOverload):
         return False
     if node.target is aten.copy_.default:
@@ -120,11 +124,24 @@ class GraphExecutable:
                     mutations.append(value)
                     env[node] = value
                     continue
-                low = LOWERINGS[node.target]
-                ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
-                              contiguous=_contiguity(node.args))
-                with tracing(ctx):
-                    result = low.fn(*_schema_args(node.target, args, kwargs))
+                if node.target in flex_attention.HOPS:
+                    env[node] = flex_attention.run(node, args, _schema_args, _out_specs, _cast)
+                    continue
+                if node.target in mutation.HOPS:
+                    target, low = args[0], LOWERINGS[args[0]]
+                    ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index)
+
+                    def call(values):
+                        with tracing(ctx):
+                            return low.fn(*values)
+
+                    result = mutation.run(node, target, kwargs, call)
+                else:
+                    low = LOWERINGS[node.target]
+                    ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
+                                  contiguous=_contiguity(node.args))
+                    with tracing(ctx):
+                        result = low.fn(*_schema_args(node.target, args, kwargs))
                 for ok, exc_type, message in ctx.checks:
                     flags.append(ok)
                     found.append((exc_type, message))

@@ -625,14 +625,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ---------------------------------------------------------------- attention backend
 // F.scaled_dot_product_attention asks this stub which kernel to use on PrivateUse1
 // (without one it always decomposes into the math path). `overrideable` is
-// _scaled_dot_product_fused_attention_overrideable, lowered in ops/nn.py; grouped-query
-// attention with differing head counts needs the math path's head expansion.
+// _scaled_dot_product_fused_attention_overrideable, lowered in ops/nn.py by the blocked
+// kernel, which reads grouped-query heads in place (query head h uses key head
+// h / (Hq / Hk), as enable_gqa defines it; Hk == 1 is the same as broadcasting).
 static int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                                 const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                                 std::optional<double> scale, bool enable_gqa) {
+  // Other shapes (a query batch broadcast against keys, head counts that only fail)
+  // take the math path, which computes or rejects them as CPU does.
   bool rank_ok = query.dim() == 3 || query.dim() == 4;
-  bool gqa = rank_ok && enable_gqa && query.size(-3) != key.size(-3);
-  return static_cast<int64_t>(rank_ok && !gqa ? at::SDPBackend::overrideable : at::SDPBackend::math);
+  if (!rank_ok) return static_cast<int64_t>(at::SDPBackend::math);
+  bool batch_ok = key.size(0) == value.size(0) && (key.size(0) == query.size(0) || key.size(0) == 1);
+  int64_t hq = query.size(-3), hk = key.size(-3);
+  bool heads_ok = query.dim() == 3 ||
+                  (hk == value.size(-3) && (hq == hk || hk == 1 || (enable_gqa && hk > 0 && hq % hk == 0)));
+  return static_cast<int64_t>(batch_ok && heads_ok ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 }  // namespace torchneuron
 

@@ -43,6 +43,7 @@ def install() -> None:
     host_kernels._tensor_meta = shim.tensor_meta
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401
+    from ..kernels import grouped_mm  # noqa: F401  (the kernel library's ATen lowerings)
 
     lib = torch.library.Library("aten", "IMPL")
     _libs.append(lib)

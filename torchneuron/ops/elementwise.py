@@ -653,3 +653,11 @@ def fill(self, value):
 @lowering(aten.zero.default)
 def zero(self):
     return jnp.zeros(self.shape, self.dtype)
+
+
+@lowering(aten._assert_async.msg)
+def assert_async_msg(self, assert_msg):
+    """`aten::_assert_async.msg`: a device-side check that `self` is nonzero; raises
+    RuntimeError(assert_msg) at the op or the next synchronization point, as CUDA does.
+    Decompositions (one_hot's range check) emit it."""
+    context().check(jnp.asarray(self) != 0, RuntimeError, assert_msg)
