@@ -186,3 +186,21 @@ def test_stdlib_sentences_are_distinct_prose():
         assert s[0].isupper() and s.endswith(".") and 6 <= len(s.split()) <= 40 and ">>>" not in s
     assert stdlib_sentences(10) == sentences[:10]  # a fixed order, so runs compare
 
+
+
+def test_compiled_llama_training_step_compiles_whole_and_equals_cpu(monkeypatch):
+    """A compiled Llama forward and backward (GQA, RoPE, SwiGLU) compiles into whole
+    graphs under strict mode (no op left out of the graph) and matches CPU."""
+    import torchneuron.config
+
+    cpu = hf_tiny.tiny_llama().train()
+    dev = hf_tiny.tiny_llama().train().to("neuron")
+    ids = torch.randint(3, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+    cpu(input_ids=ids, labels=ids).loss.backward()
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    with no_fallback():
+        loss = torch.compile(dev, backend="neuron")(input_ids=ids.to("neuron"), labels=ids.to("neuron")).loss
+        loss.backward()
+    torch.testing.assert_close(loss.cpu(), cpu(input_ids=ids, labels=ids).loss.detach(), rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-6, msg=name)
