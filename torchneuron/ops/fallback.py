@@ -18,6 +18,7 @@ from torch._decomp import decomposition_table
 from .. import config, profiler
 
 _counts: collections.Counter = collections.Counter()
+_decomposed: collections.Counter = collections.Counter()
 _warned: set = set()
 _local = threading.local()
 
@@ -27,8 +28,15 @@ def fallback_ops() -> dict:
     return dict(_counts)
 
 
+def decomposed_ops() -> dict:
+    """{op name: number of calls} for every op that ran through a `torch._decomp`
+    decomposition (into ops that may be lowered or fall back in turn)."""
+    return dict(_decomposed)
+
+
 def reset() -> None:
     _counts.clear()
+    _decomposed.clear()
 
 
 def _to_cpu(v):
@@ -71,6 +79,7 @@ def run(op: torch._ops.OpOverload, *args, **kwargs):
         finally:
             _local.active = prev
         if out is not NotImplemented:
+            _decomposed[str(op)] += 1
             return out
     with profiler.record(f"neuron::cpu_fallback::{op.name()}"):
         return cpu_fallback(op, *args, **kwargs)
