@@ -5,7 +5,8 @@
   compared.
 - EXPECTED_FALLBACKS: ATen overloads allowed to run through the CPU fallback, with why.
   A case that falls back to any other op fails.
-- EXPECTED_FAILURES: (OpInfo or ModuleInfo name, check, dtype name or "*") -> reason.
+- EXPECTED_FAILURES: (OpInfo or ModuleInfo name, check, dtype name or "*") -> reason;
+  EXPECTED_DTYPE_FAILURES: dtype name -> reason, for every case of that dtype.
   The tests mark these cases xfail (strict: a case that starts passing fails until its
   entry is removed) and the report lists them with the reason.
 """
@@ -34,16 +35,28 @@ EXPECTED_FALLBACKS: Dict[str, str] = {}
 
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {}
 
+#: dtype name -> why no case of that dtype can pass.
+EXPECTED_DTYPE_FAILURES: Dict[str, str] = {
+    "complex32": "complex32 (torch.chalf): XLA has no complex32 type, so no tensor of it can live on neuron",
+}
+
 
 def opinfo_name(op) -> str:
     """The key of an OpInfo in these lists: its name, plus '.variant' when it has one."""
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
+def values_not_compared(op) -> Optional[str]:
+    """Why OpInfo `op`'s values are not compared with CPU's (any variant of a listed
+    name, or a listed variant), or None."""
+    return VALUES_NOT_COMPARED.get(opinfo_name(op)) or VALUES_NOT_COMPARED.get(op.name)
+
+
 def expected_failure(name: str, check: str, dtype) -> Optional[str]:
     """The reason case (name, check, dtype) is expected to fail, or None."""
     dt = str(dtype).replace("torch.", "")
-    return EXPECTED_FAILURES.get((name, check, dt)) or EXPECTED_FAILURES.get((name, check, "*"))
+    return (EXPECTED_FAILURES.get((name, check, dt)) or EXPECTED_FAILURES.get((name, check, "*"))
+            or EXPECTED_DTYPE_FAILURES.get(dt))
 
 
 def unexpected_fallbacks(fallbacks: Dict[str, int]) -> Dict[str, int]:

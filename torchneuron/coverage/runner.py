@@ -2,8 +2,8 @@
 
 `run_shard` (one worker process) walks its share of the OpInfo or ModuleInfo cases
 and appends one JSON line per case to its results file: a ``started`` line before the
-case, the Outcome after it. A case already finished in the file is not run again, so a
-restarted worker resumes; a case that started but never finished (the worker hung past
+case, the Outcome after it. A case already finished in any results file of the sweep is
+not run again, so a restarted worker resumes (with any number of shards); a case that started but never finished (the worker hung past
 the time limit or crashed) is recorded as failing with that reason.
 
 `run_all` starts the workers (`python -m torchneuron.coverage.runner ...`), restarts a
@@ -13,6 +13,7 @@ when every shard is done.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import signal
@@ -98,6 +99,9 @@ def run_shard(kind: str, shard: int, shards: int, path: str, limit: Optional[int
 
     run = opinfo.run_check if kind == "opinfo" else modules.run_check
     done, lost = read_results(path)
+    for other in glob.glob(os.path.join(os.path.dirname(path) or ".", f"{kind}-*.jsonl")):
+        done.update(read_results(other)[0])  # finished under another shard count
+    lost -= set(done)
     signal.signal(signal.SIGALRM, _alarm)
     names: Dict[str, int] = {}
     with open(path, "a") as f:
