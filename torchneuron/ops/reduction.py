@@ -552,3 +552,26 @@ def _register_meta():
 
 
 _meta_lib = _register_meta()
+
+
+@lowering(aten.histc.default, static=("bins",))
+def histc(self, bins=100, min=0, max=0):
+    """aten::histc: counts of the elements of `self` in `bins` equal-width bins over
+    [min, max] (the data's range when min == max; widened by 1 each way when that is
+    empty too), elements outside ignored, max in the last bin, as ATen's histogramdd
+    kernel bins them: pos = (x - min) * bins / (max - min). Output (bins,), self's dtype."""
+    out = jnp.zeros((bins,), self.dtype)
+    if self.size == 0:
+        return out
+    x = self.reshape(-1)
+    lo = jnp.asarray(min, x.dtype)
+    hi = jnp.asarray(max, x.dtype)
+    same = lo == hi
+    lo = jnp.where(same, jnp.min(x), lo)
+    hi = jnp.where(same, jnp.max(x), hi)
+    empty = lo == hi
+    lo, hi = jnp.where(empty, lo - 1, lo), jnp.where(empty, hi + 1, hi)
+    inside = (x >= lo) & (x <= hi)
+    pos = jnp.floor((x - lo) * bins / (hi - lo)).astype(jnp.int64)
+    pos = jnp.clip(jnp.where(pos == bins, bins - 1, pos), 0, bins - 1)
+    return out.at[pos].add(inside.astype(self.dtype))
