@@ -9,11 +9,12 @@ import torch
 #: OpInfo names (every variant of each is included), grouped by family.
 CI_OPS = (
     # elementwise unary, binary, ternary
-    "abs", "exp", "log1p", "sin", "sigmoid", "erf", "round", "sqrt", "bitwise_not", "nan_to_num",
+    "abs", "exp", "log1p", "sin", "sigmoid", "erf", "round", "sqrt", "bitwise_not", "nan_to_num", "angle",
+    "conj_physical",
     "add", "mul", "div", "pow", "remainder", "floor_divide", "maximum", "atan2", "eq", "bitwise_and",
     "where", "clamp", "addcmul", "lerp",
     # reductions, scans, sorting and searching
-    "sum", "mean", "amax", "argmax", "prod", "var", "logsumexp", "cumsum", "cummax", "sort", "topk",
+    "sum", "mean", "amax", "argmax", "prod", "var", "logsumexp", "cumsum", "cummax", "sort", "topk", "histc",
     "argsort", "searchsorted", "bucketize",
     # indexing
     "index_select", "gather", "scatter", "scatter_reduce", "index_put", "index_add", "masked_fill",
@@ -25,7 +26,7 @@ CI_OPS = (
     "full_like", "ones_like", "arange", "zeros", "to", "view_as_real",
     # linear algebra
     "matmul", "addmm", "bmm", "linalg.solve", "linalg.cholesky", "linalg.qr", "linalg.inv", "linalg.det",
-    "linalg.vector_norm", "linalg.eigh",
+    "linalg.vector_norm", "linalg.eigh", "cholesky_solve", "cholesky_inverse", "cdist", "nn.functional.pdist",
     # nn
     "nn.functional.conv2d", "nn.functional.linear", "nn.functional.layer_norm", "nn.functional.batch_norm",
     "softmax", "log_softmax", "nn.functional.cross_entropy", "nn.functional.embedding",
