@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import glob
 import json
 import os
 import platform
@@ -150,7 +151,9 @@ def main(args) -> int:
     workdir = args.workdir or os.path.join(args.out, ".work")
     results = {}
     for kind in runner.KINDS:
-        if kind in args.kinds:
+        if kind in args.kinds and args.no_run:
+            results[kind] = _judged(_records(glob.glob(os.path.join(workdir, f"{kind}-*.jsonl"))))
+        elif kind in args.kinds:
             results[kind] = _judged(_records(runner.run_all(kind, workdir, args.jobs, args.samples, args.timeout,
                                                             args.op or None, args.checks)))
         else:
@@ -179,5 +182,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=int, default=120, help="seconds per case before it counts as failing")
     parser.add_argument("--kinds", nargs="+", default=list(runner.KINDS), choices=runner.KINDS)
     parser.add_argument("--op", action="append", help="only this OpInfo/ModuleInfo name (repeatable)")
+    parser.add_argument("--no-run", action="store_true",
+                        help="write the report from the results already in the workdir, running nothing")
     parser.add_argument("--checks", nargs="+", default=None,
                         help="only these checks (forward noncontiguous backward out inplace; default all)")
