@@ -59,7 +59,7 @@ def test_report_totals_and_markdown():
     ]
     core = [{"op": "aten.add.Tensor", "status": "native", "how": "lowering"}]
     meta = {"command": "c", "date": "d", "platform": "p", "torch": "t", "jax": "j", "seconds": 1.0,
-            "samples_per_case": 1}
+            "samples_per_case": 1, "cases_planned": {"opinfo": 2}, "cases_run": {"opinfo": 2}, "case_seconds": 1}
     rep = report.build(report._judged(recs), [], core, meta)
     fwd = rep["totals"]["opinfo"]["forward"]
     assert (fwd["pairs"], fwd["pass_no_fallback"], fwd["pass_rate"]) == (2, 1, 0.5)

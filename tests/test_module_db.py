@@ -7,7 +7,6 @@ strict xfails with their reason. CI runs `coverage.sample.CI_MODULES` in float32
 """
 import os
 
-import torch
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_modules import TrainEvalMode, module_db, modules
 from torch.testing._internal.common_utils import TestCase
@@ -20,7 +19,7 @@ from torchneuron.coverage import sample
 FULL = os.environ.get("TORCHNEURON_OPINFO") == "full"
 INFOS = module_db if FULL else sample.ci_moduleinfos(module_db)
 LIMIT = None if FULL else sample.CI_SAMPLES
-DTYPES = None if FULL else (torch.float32,)
+DTYPES = None if FULL else sample.CI_DTYPES
 
 
 def _verify(info, dtype, check):

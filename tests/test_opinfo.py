@@ -29,7 +29,7 @@ def _verify(op, dtype, check):
 
 
 def _ops(check, **kw):
-    return ops([op for op in OPS if check in opinfo.check_names(op)], allowed_dtypes=None if FULL else sample.ci_dtypes(check), **kw)
+    return ops([op for op in OPS if check in opinfo.check_names(op)], allowed_dtypes=None if FULL else sample.CI_DTYPES, **kw)
 
 
 class TestOpInfo(TestCase):
