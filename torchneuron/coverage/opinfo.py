@@ -148,7 +148,9 @@ def _backward(op, dtype, limit) -> Outcome:
             with rec.watch():
                 douts = [t for t in tree_flatten(dev.output_process_fn_grad(_call(op, dev)))[0]
                          if isinstance(t, torch.Tensor) and t.requires_grad]
-                got = torch.autograd.grad(douts, dleaves, to_device(grads_out, DEVICE), allow_unused=True)
+                # each output gradient on its output's device (`to` may return a CPU tensor)
+                dgrads = [g.to(o.device) for g, o in zip(grads_out, douts)]
+                got = torch.autograd.grad(douts, dleaves, dgrads, allow_unused=True)
                 got = to_cpu(got)
             _compare(got, want, op, dtype, not expected.values_not_compared(op))
             n += 1

@@ -87,7 +87,10 @@ def to_device(v, device: str):
             out = t.detach().to(device)
         return out.requires_grad_(t.requires_grad)
     if hasattr(v, "transform"):  # SampleInput, which pytree does not traverse
-        return v.transform(move)
+        out = v.transform(move)
+        if "device" in out.kwargs:  # factory samples name their device
+            out.kwargs["device"] = device
+        return out
     return torch.utils._pytree.tree_map_only(torch.Tensor, move, v)
 
 
