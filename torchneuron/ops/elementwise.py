@@ -413,6 +413,25 @@ def abs_(self):
     return jnp.abs(self).astype(_out())
 
 
+@lowering(aten.angle.default)
+def angle(self):
+    """aten::angle: the argument of a complex number; for real inputs pi where
+    negative, else 0, and NaN where NaN (integers give the default float dtype)."""
+    out = _out()
+    if jnp.iscomplexobj(self):
+        return jnp.angle(self).astype(out)
+    x = cast(self, _compute(out))
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0)).astype(out)
+
+
+@lowering(aten.conj_physical.default)
+def conj_physical(self):
+    """aten::conj_physical: the complex conjugate, materialized (a copy for real
+    inputs). The functional overload is composite in eager; this lowering gives its
+    `out=` and in-place variants."""
+    return jnp.conj(self) if jnp.iscomplexobj(self) else self
+
+
 lowering(aten.sign.default)(_unary_same(jnp.sign))
 lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
 lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))

@@ -959,3 +959,22 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     return tuple(None if i == 3 and attn_bias is None else
                  g if g is not None else jnp.zeros(ctx.out(i).shape, jnp.float32)
                  for i, g in enumerate(grads))
+
+
+def _replicate(x, padding):
+    """ATen's replication padding of the last len(padding) // 2 dims (pairs from the
+    last dim; negative pads crop) as a gather of clamped source indices."""
+    for i in range(len(padding) // 2):
+        axis = x.ndim - 1 - i
+        n = x.shape[axis]
+        idx = jnp.clip(jnp.arange(-padding[2 * i], n + padding[2 * i + 1]), 0, n - 1)
+        x = jnp.take(x, idx, axis=axis)
+    return x
+
+
+@lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def replication_pad_backward(grad_output, self, padding):
+    """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
+    edge element collects the gradients of its copies); self's shape and dtype."""
+    return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)

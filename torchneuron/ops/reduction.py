@@ -230,13 +230,13 @@ def _var(self, dim, correction):
     max(0, N - correction) as in ATen: zero degrees of freedom give inf or NaN."""
     if not is_float(self.dtype):
         raise RuntimeError("std and var only support floating point and complex dtypes")
-    acc = acc_type(context().out_dtype())
+    acc = acc_type(context().out_dtype())  # real: the variance of complex input is real
     axes = _axes(dim, self.ndim)
     n = _count(self.shape, axes)
-    x = self.astype(acc)
-    mean = jnp.sum(x, axis=axes, keepdims=True) / jnp.asarray(n, acc)
+    x = self.astype(acc_type(self.dtype))  # complex input keeps its imaginary part
+    mean = jnp.sum(x, axis=axes, keepdims=True) / n
     d = x - mean
-    m2 = jnp.sum(d * d, axis=axes)
+    m2 = jnp.sum(jnp.real(d * jnp.conj(d)) if jnp.iscomplexobj(d) else d * d, axis=axes)
     c = 1 if correction is None else correction
     divisor = jnp.maximum(jnp.asarray(n, acc) - jnp.asarray(c, acc), jnp.zeros((), acc))
     return m2 / divisor, jnp.squeeze(mean, axis=axes)
