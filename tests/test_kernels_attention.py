@@ -159,3 +159,13 @@ def test_sdpa_edge_shapes_like_cpu(q_shape, k_shape, kw):
         return out, q.grad, k.grad, v.grad
 
     check_like_cpu(run, torch.randn(q_shape), torch.randn(k_shape), torch.randn(k_shape), **TOL)
+
+
+def test_sdpa_float64_gradients_are_float64_accurate():
+    """float64 attention is exact to float64 rounding, forward and backward (the
+    float32 logsumexp the op saves is not used for float64)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 7, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    check(lambda a, b, c: torch.autograd.grad(
+        F.scaled_dot_product_attention(a.requires_grad_(), b.requires_grad_(), c.requires_grad_(), is_causal=True
+                                       ).square().sum(), (a, b, c)), q, k, v, atol=1e-12, rtol=1e-10)

@@ -40,6 +40,9 @@ def _group_sizes(offs):
 def _ragged(lhs, rhs, sizes, contracting, ragged, group):
     dims = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(contracting, ((), ())),
                                          lhs_ragged_dimensions=ragged, rhs_group_dimensions=group)
+    # XLA:CPU has no half x half -> float32 ragged dot; products of half-precision
+    # values are exact in float32, so widening first gives the same float32 sums.
+    lhs, rhs = lhs.astype(jnp.float32), rhs.astype(jnp.float32)
     return lax.ragged_dot_general(lhs, rhs, sizes, dims, precision=_HIGHEST, preferred_element_type=jnp.float32)
 
 

@@ -951,9 +951,15 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     logsumexp, with the forward's dropout mask regenerated from philox_seed/offset."""
     ctx = context()
     bias = None if attn_bias is None else _acc(attn_bias)
+    rng = _sdpa_key(philox_seed, philox_offset) if dropout_p else None
+    lse = logsumexp.reshape(ctx.out(0).shape[:-1])
+    if query.dtype == jnp.float64:
+        # The saved logsumexp is float32 (the op's schema); float64 gradients rebuilt
+        # from it would be float32-accurate, so recompute it in float64.
+        _, lse = attention.forward(_acc(query), _acc(key), _acc(value), bias, is_causal=is_causal, scale=scale,
+                                   dropout_p=dropout_p, key=rng)
     grads = attention.backward(_acc(grad_out), _acc(query), _acc(key), _acc(value), bias, _acc(out),
-                               logsumexp.reshape(ctx.out(0).shape[:-1]), is_causal=is_causal, scale=scale,
-                               dropout_p=dropout_p, key=_sdpa_key(philox_seed, philox_offset) if dropout_p else None,
+                               lse, is_causal=is_causal, scale=scale, dropout_p=dropout_p, key=rng,
                                bias_grad=bias is not None and bool(grad_input_mask[3]))
     # The meta kernel promises every gradient whose input exists, masked or not.
     return tuple(None if i == 3 and attn_bias is None else
