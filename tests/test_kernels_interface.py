@@ -177,3 +177,16 @@ def test_errors():
         clipped_square(torch.arange(3, device="neuron"))
     with pytest.raises(ValueError, match="Incompatible shapes"):  # JAX's error, before anything runs
         gated(torch.ones(2, 3, device="neuron"), torch.ones(4, device="neuron"))
+
+
+@torchneuron.kernel("kt::pair_sum")
+def pair_sum(xs: list[torch.Tensor]):
+    return xs[0] + 2 * xs[1]
+
+
+def test_tensor_list_argument_forward_and_clear_error_for_its_gradient():
+    p, q = torch.randn(3), torch.randn(3)
+    with torch.no_grad():
+        torch.testing.assert_close(pair_sum([p.to("neuron"), q.to("neuron")]).cpu(), p + 2 * q)
+    with pytest.raises(NotImplementedError, match="Tensor\\[\\] argument"):
+        pair_sum([p.to("neuron").requires_grad_(), q.to("neuron")])

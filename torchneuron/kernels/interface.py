@@ -198,6 +198,11 @@ def _register_vjp(name, fn, op_def, op, is_tensor, schema):
     vjp_op = _define(name + "_vjp", vjp, (), vjp_schema, None, False)
 
     def setup_context(ctx, inputs, output):
+        for v in inputs:
+            if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.requires_grad for t in v):
+                raise NotImplementedError(
+                    f"{name}: gradients through a Tensor[] argument are not derived by jax.vjp; register a "
+                    f"backward with {name}.register_autograd, or call it under torch.no_grad()")
         ctx.tensor_pos = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
         ctx.others = [None if isinstance(v, torch.Tensor) else v for v in inputs]
         ctx.save_for_backward(*[inputs[i] for i in ctx.tensor_pos])
