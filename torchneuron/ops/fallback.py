@@ -86,15 +86,9 @@ def _via_functional(op, args, kwargs):
     if decomp is None:
         return NotImplemented
     fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in outs}}
-    prev = getattr(_local, "active", None)
-    _local.active = func
-    try:
-        result = decomp(*args, **fkwargs)
-    finally:
-        _local.active = prev
+    result = _decompose(func, decomp, args, fkwargs)
     if result is NotImplemented:
         return NotImplemented
-    _decomposed[str(func)] += 1
     results = result if isinstance(result, (tuple, list)) else (result,)
     targets = [kwargs[a.name] for a in outs]
     for t, r in zip(targets, results):
@@ -102,6 +96,20 @@ def _via_functional(op, args, kwargs):
             t.resize_(r.shape)
         t.copy_(r)
     return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _decompose(op, decomp, args, kwargs):
+    """Runs `op`'s decomposition (marking `op` active on this thread) and counts it;
+    NotImplemented if the decomposition declines."""
+    prev = getattr(_local, "active", None)
+    _local.active = op
+    try:
+        out = decomp(*args, **kwargs)
+    finally:
+        _local.active = prev
+    if out is not NotImplemented:
+        _decomposed[str(op)] += 1
+    return out
 
 
 def run(op: torch._ops.OpOverload, *args, **kwargs):
@@ -113,14 +121,8 @@ def run(op: torch._ops.OpOverload, *args, **kwargs):
             return out
     decomp = _decomposition(op)
     if decomp is not None:
-        prev = getattr(_local, "active", None)
-        _local.active = op
-        try:
-            out = decomp(*args, **kwargs)
-        finally:
-            _local.active = prev
+        out = _decompose(op, decomp, args, kwargs)
         if out is not NotImplemented:
-            _decomposed[str(op)] += 1
             return out
     with profiler.record(f"neuron::cpu_fallback::{op.name()}"):
         return cpu_fallback(op, *args, **kwargs)
