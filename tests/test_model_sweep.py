@@ -46,7 +46,14 @@ def test_sample_model(name):
 def test_runner_isolates_a_hung_model(tmp_path):
     # A worker over its time limit is killed; the result says which stage it was in.
     result = runner.run_one("timm/test_resnet", timeout_s=1.0)
-    assert result["covered"] is False and result["reason"].startswith("Timeout"), result
+    # Killed in the CPU reference run (not covered) or in a neuron stage (that stage
+    # errs with a Timeout and no later stage ran), depending on how fast the machine is.
+    if result["covered"]:
+        stages = list(result["stages"].values())
+        assert stages[-1].get("error_type") == "Timeout", result
+        assert all(s["status"] == "pass" for s in stages[:-1]), result
+    else:
+        assert result["reason"].startswith("Timeout"), result
     out = tmp_path / "results.json"
     results = runner.sweep(names=["timm/test_vit"], out=str(out), timeout_s=300, progress=False)
     assert runner.summary(results["models"]["timm/test_vit"]) == "pass/pass/pass/pass"
