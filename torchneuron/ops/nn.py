@@ -816,6 +816,184 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     return jnp.zeros((num_weights, d), g.dtype).at[idx].add(g)
 
 
+# ------------------------------------------------------------------ embedding_bag
+_BAG_SUM, _BAG_MEAN, _BAG_MAX = 0, 1, 2  # at::native::EmbeddingBagMode
+
+
+def _offset2bag(offsets, n: int, num_bags: int):
+    """CPU's make_offset2bag: the bag of each of the `n` indices, a cumulative count of
+    the bag starts at or before it (ones index_add-ed at offsets[:num_bags], minus one).
+    Offsets past the last bag's start (include_last_offset) are not starts, so trailing
+    indices stay in the last bag, as on CPU."""
+    starts = offsets[:num_bags].astype(jnp.int64)
+    starts = jnp.where(starts < 0, n + 1, starts)  # dropped; CPU rejects these offsets
+    marks = jnp.zeros((n + 1,), jnp.int64).at[starts].add(1, mode="drop")
+    return (jnp.cumsum(marks) - 1)[:n]
+
+
+def _bag_sizes(offsets, n: int, num_bags: int):
+    """CPU's make_bag_size_out: offsets[b+1] - offsets[b], the last bag up to `n`."""
+    starts = offsets[:num_bags].astype(jnp.int64)
+    ends = jnp.concatenate([starts[1:], jnp.full((1,), n, jnp.int64)])
+    return ends - starts
+
+
+def _check_bag_inputs(weight, indices, offsets, num_bags):
+    """CPU's data checks of embedding_bag: offsets start at 0 and stay within the input,
+    every index is a row of `weight` (RuntimeError, as CPU's TORCH_CHECKs)."""
+    ctx = context()
+    n, rows = indices.shape[0], weight.shape[0]
+    if offsets.shape[0] > 0:
+        first = offsets[0].astype(jnp.int64)
+        ctx.check(first == 0, RuntimeError, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                  "has to start from position 0. However, got {}", value=first)
+        last = offsets[-1].astype(jnp.int64)
+        ctx.check(last <= n, RuntimeError, f"offsets[-1] can not be greater than input's length {n} but got "
+                  "offsets[-1] of {}", value=last)
+    if n:
+        idx = indices.astype(jnp.int64)
+        bad = (idx < 0) | (idx >= rows)
+        ctx.check(~jnp.any(bad), RuntimeError,
+                  "embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be {}",
+                  value=idx[jnp.argmax(bad)])
+
+
+def _fit(x, shape, dtype):
+    """`x` (1-d) zero-padded or cut to the meta kernel's `shape`: the meta kernel sizes
+    bag_size by offsets (CUDA's layout), CPU by bags; the extra entry is unused."""
+    x = x.astype(dtype)
+    if not shape:
+        return x
+    if shape[0] > x.shape[0]:
+        return jnp.concatenate([x, jnp.zeros((shape[0] - x.shape[0],), dtype)])
+    return x[:shape[0]]
+
+
+@lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """aten::_embedding_bag (and _embedding_bag_forward_only), following CPU's
+    _embedding_bag_cpu_impl: (output (bags, D), offset2bag, bag_size, max_indices).
+
+    Bag b reduces the rows weight[indices[i]] of the indices i with offset2bag[i] == b,
+    skipping padding_idx: sum (times per_sample_weights), mean (divided by the bag's
+    non-padding count, at least 1), or max per column (the first maximum wins, a NaN
+    first element stays, later NaNs lose, as CPU's `>` scan). Empty bags give zeros.
+    bag_size counts each bag's non-padding indices (mean and max; zeros for sum, as on
+    CPU); max_indices holds the row of each maximum (max only). Shapes follow the meta
+    kernel. Bad offsets or indices raise RuntimeError at the next synchronization."""
+    ctx = context()
+    n, dim = indices.shape[0], weight.shape[1]
+    num_bags = ctx.out(0).shape[0]
+    _check_bag_inputs(weight, indices, offsets, num_bags)
+    bag = _offset2bag(offsets, n, num_bags)
+    idx = jnp.clip(indices.astype(jnp.int64), 0, max(weight.shape[0] - 1, 0))
+    keep = indices.astype(jnp.int64) != padding_idx
+    # Padding indices leave their bag's size (CPU decrements bag_size for each).
+    sizes = _bag_sizes(offsets, n, num_bags) - jnp.zeros((num_bags,), jnp.int64).at[bag].add(
+        (~keep).astype(jnp.int64), mode="drop")
+    rows = _acc(weight)[idx]
+    if mode == _BAG_MAX and n == 0:
+        out, arg = jnp.zeros((num_bags, dim), rows.dtype), jnp.zeros((num_bags, dim), jnp.int64)
+    elif mode == _BAG_MAX:
+        pos = jnp.arange(n)
+        first = jax.ops.segment_min(jnp.where(keep, pos, n), bag, num_bags)
+        nonempty = first < n
+        first_row = rows[jnp.clip(first, 0, max(n - 1, 0))]
+        cand = keep[:, None] & ~jnp.isnan(rows)
+        best = jax.ops.segment_max(jnp.where(cand, rows, -jnp.inf), bag, num_bags)
+        at_best = cand & (rows == best[jnp.clip(bag, 0, num_bags - 1)])
+        where = jax.ops.segment_min(jnp.where(at_best, pos[:, None], n), bag, num_bags)
+        nan_first = jnp.isnan(first_row)
+        where = jnp.where(nan_first, first[:, None], where)
+        out = jnp.where(nan_first, first_row, best)
+        arg = idx[jnp.clip(where, 0, max(n - 1, 0))]
+        out = jnp.where(nonempty[:, None], out, 0)
+        arg = jnp.where(nonempty[:, None], arg, 0)
+    else:
+        if per_sample_weights is not None:
+            rows = rows * _acc(per_sample_weights)[:, None]
+        out = jax.ops.segment_sum(jnp.where(keep[:, None], rows, 0), bag, num_bags)
+        if mode == _BAG_MEAN:
+            out = out / jnp.maximum(sizes, 1)[:, None].astype(out.dtype)
+        arg = jnp.zeros(ctx.out(3).shape, ctx.out_dtype(3))
+    if mode == _BAG_SUM:
+        sizes = jnp.zeros_like(sizes)
+    out = out.reshape(num_bags, dim).astype(weight.dtype)
+    return (out, _fit(bag, ctx.out(1).shape, ctx.out_dtype(1)), _fit(sizes, ctx.out(2).shape, ctx.out_dtype(2)),
+            arg.astype(ctx.out_dtype(3)))
+
+
+def _embedding_bag_dense_grad(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                              scale_grad_by_freq, mode, per_sample_weights, padding_idx):
+    """CPU's _embedding_bag_dense_backward_cpu: sum/mean scatter each bag's gradient row
+    into the rows of its non-padding indices (divided by the bag size for mean, by the
+    index's count with scale_grad_by_freq, times its per-sample weight); max routes each
+    column's gradient to its maximum's row, for bags with a nonzero size."""
+    g = _acc(grad)
+    out = jnp.zeros((num_weights, g.shape[1]), g.dtype)
+    num_bags = g.shape[0]
+    sizes = bag_size[:num_bags].astype(jnp.int64)
+    if mode == _BAG_MAX:
+        g = jnp.where((sizes != 0)[:, None], g, 0)
+        cols = jnp.broadcast_to(jnp.arange(g.shape[1]), g.shape)
+        return out.at[maximum_indices.astype(jnp.int64), cols].add(g, mode="drop")
+    idx = indices.astype(jnp.int64)
+    bag = offset2bag.astype(jnp.int64)
+    scale = jnp.ones(idx.shape, g.dtype)
+    if mode == _BAG_MEAN:
+        scale = scale / jnp.maximum(sizes, 1)[jnp.clip(bag, 0, num_bags - 1)].astype(g.dtype)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), g.dtype).at[idx].add(1, mode="drop")
+        scale = scale / counts[jnp.clip(idx, 0, num_weights - 1)]
+    if per_sample_weights is not None:
+        scale = scale * _acc(per_sample_weights)
+    scale = jnp.where(idx == padding_idx, 0, scale)
+    contrib = g[jnp.clip(bag, 0, num_bags - 1)] * scale[:, None]
+    return out.at[idx].add(contrib, mode="drop")
+
+
+@lowering(aten._embedding_bag_dense_backward.default)
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                 scale_grad_by_freq, mode, per_sample_weights=None, padding_idx=-1):
+    """aten::_embedding_bag_dense_backward: the (num_weights, D) weight gradient."""
+    return _embedding_bag_dense_grad(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                     scale_grad_by_freq, mode, per_sample_weights,
+                                     padding_idx).astype(grad.dtype)
+
+
+@lowering(aten._embedding_bag_backward.default)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """aten::_embedding_bag_backward (what autograd calls for _embedding_bag's weight):
+    the dense gradient, with offset2bag rebuilt from offsets when the forward left it
+    empty (CPU's sum fast path). `sparse=True` asks for a sparse COO gradient, which
+    has no `neuron` layout: NotImplementedError."""
+    if sparse:
+        raise NotImplementedError("embedding_bag(sparse=True): sparse gradients are not supported on neuron")
+    n = indices.shape[0]
+    if n and offset2bag.shape[0] == 0:
+        offset2bag = _offset2bag(offsets, n, grad.shape[0])
+    return embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                        scale_grad_by_freq, mode, per_sample_weights, padding_idx)
+
+
+@lowering(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """aten::_embedding_bag_per_sample_weights_backward (mode sum only, as on CPU): the
+    gradient of index i's weight, <grad[bag of i], weight[indices[i]]>, 0 for padding."""
+    if mode != _BAG_SUM:
+        raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
+    n = indices.shape[0]
+    if n and offset2bag.shape[0] == 0:
+        offset2bag = _offset2bag(offsets, n, grad.shape[0])
+    idx = indices.astype(jnp.int64)
+    bag = jnp.clip(offset2bag.astype(jnp.int64), 0, max(grad.shape[0] - 1, 0))
+    rows = _acc(weight)[jnp.clip(idx, 0, max(weight.shape[0] - 1, 0))]
+    dots = jnp.sum(_acc(grad)[bag] * rows, axis=1)
+    return jnp.where(idx == padding_idx, 0, dots).astype(grad.dtype)
+
+
 # ------------------------------------------------------------------ upsampling
 def _scale(n_in, n_out, scale, align_corners=False):
     """ATen's area_pixel_compute_scale / compute_scales_value, in float32."""
