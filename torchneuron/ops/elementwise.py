@@ -241,6 +241,44 @@ def nextafter(self, other):
     return jnp.nextafter(cast(self, out), cast(other, out))
 
 
+@lowering(aten.gcd.default)
+def gcd(self, other):
+    """`aten::gcd`: ATen's calc_gcd, Euclid's algorithm on |a| and |b| (so the result is
+    non-negative except where abs overflows, e.g. gcd(INT_MIN, 0), as on CPU)."""
+    out = _out()
+    return jnp.gcd(cast(self, out), cast(other, out))
+
+
+# (total bits, mantissa bits, exponent bias, unsigned int of that width) per float type
+_FLOAT_BITS = {jnp.dtype(jnp.float16): (16, 10, 15, jnp.uint16), jnp.dtype(jnp.bfloat16): (16, 7, 127, jnp.uint16),
+               jnp.dtype(jnp.float32): (32, 23, 127, jnp.uint32), jnp.dtype(jnp.float64): (64, 52, 1023, jnp.uint64)}
+
+
+@lowering(aten.frexp.Tensor)
+def frexp(self):
+    """`aten::frexp.Tensor`: (mantissa in [0.5, 1) with self's sign, int32 exponent),
+    C's frexp: zero, inf and NaN give (self, 0). Computed on the bit pattern, because
+    XLA:CPU flushes subnormal inputs to zero in arithmetic and CPU PyTorch does not."""
+    width, frac_bits, bias, uint = _FLOAT_BITS[jnp.dtype(self.dtype)]
+    bits = lax.bitcast_convert_type(self, uint)
+    one = np.dtype(uint).type(1)
+    frac_mask = np.dtype(uint).type((1 << frac_bits) - 1)
+    exp_max = (1 << (width - 1 - frac_bits)) - 1
+    sign = bits & (one << np.dtype(uint).type(width - 1))
+    field = ((bits >> np.dtype(uint).type(frac_bits)) & np.dtype(uint).type(exp_max)).astype(jnp.int32)
+    frac = bits & frac_mask
+    half = np.dtype(uint).type(bias - 1) << np.dtype(uint).type(frac_bits)  # the exponent field of [0.5, 1)
+    # Subnormal: frac * 2^(1 - bias - frac_bits), renormalized by its highest set bit p.
+    p = (width - 1) - lax.clz(frac).astype(jnp.int32)
+    sub_frac = (frac << (frac_bits - p).astype(uint)) & frac_mask
+    special = (field == exp_max) | ((field == 0) & (frac == 0))
+    subnormal = (field == 0) & (frac != 0)
+    m_bits = sign | half | jnp.where(subnormal, sub_frac, frac)
+    mantissa = jnp.where(special, self, lax.bitcast_convert_type(m_bits, self.dtype))
+    exponent = jnp.where(special, 0, jnp.where(subnormal, p - frac_bits - bias + 2, field - (bias - 1)))
+    return mantissa, exponent.astype(jnp.int32)
+
+
 def _extremum(fn, propagate_nan: bool):
     def lower(self, other):
         out = _out()

@@ -464,6 +464,34 @@ def kthvalue(self, k, dim=-1, keepdim=False):
             _shaped(lax.index_in_dim(i, k - 1, axis, keepdims=False), 1))
 
 
+@lowering(aten.mode.default)
+def mode(self, dim=-1, keepdim=False):
+    """`aten::mode`: the most frequent value along `dim` (ties: the smallest) and an
+    index of it. CPU sorts (value, index) pairs and takes the last pair of the winning
+    run; its std::sort is stable on the short rows OpInfo and most callers use, giving
+    the last index of the value, which a stable sort gives here for every length."""
+    axis = _axis(dim, self.ndim)
+    if axis is None:
+        return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
+    if self.shape[axis] == 0:  # the meta kernel does not check this
+        raise IndexError(f"mode(): Expected reduction dim {axis} to have non-zero size.")
+    if self.size == 0:
+        return jnp.zeros(context().out(0).shape, self.dtype), jnp.zeros(context().out(1).shape, jnp.int64)
+    n = self.shape[axis]
+    v, i = sort_along(self, axis, False)
+    v, i = jnp.moveaxis(v, axis, -1), jnp.moveaxis(i, axis, -1)
+    pos = jnp.arange(n)
+    differs = v[..., 1:] != v[..., :-1]
+    starts = jnp.concatenate([jnp.ones(v.shape[:-1] + (1,), bool), differs], axis=-1)
+    ends = jnp.concatenate([differs, jnp.ones(v.shape[:-1] + (1,), bool)], axis=-1)
+    run_start = lax.cummax(jnp.where(starts, pos, 0), axis=v.ndim - 1)
+    freq = jnp.where(ends, pos - run_start + 1, 0)
+    best = jnp.argmax(freq, axis=-1)[..., None]  # the first (smallest-valued) longest run
+    value = jnp.take_along_axis(v, best, axis=-1)[..., 0]
+    index = jnp.take_along_axis(i, best, axis=-1)[..., 0]
+    return _shaped(value, 0), _shaped(index, 1)
+
+
 def _median_dtype(x, kernel):
     if x.dtype == jnp.bool_:
         raise not_implemented(kernel, x.dtype)
