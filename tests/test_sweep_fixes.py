@@ -4,6 +4,7 @@ replication padding's own backward, the FFT normalization modes, and the ops the
 saw on the CPU fallback (frexp, gcd/lcm, mode, ...)."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers import check, check_grad, check_like_cpu
 
@@ -64,3 +65,42 @@ def test_mode_smallest_most_frequent_value_and_its_last_index(dtype):
 def test_mode_of_an_empty_dim_raises_like_cpu():
     check_like_cpu(lambda t: torch.mode(t, 1), torch.zeros(3, 0))
     check(lambda t: torch.mode(t, 1), torch.zeros(0, 3))
+
+
+def test_adaptive_max_pool_ties_nans_and_gradients():
+    x = torch.randn(2, 3, 7, 9)
+    x[0, 0, 1, 1] = x[0, 0, 2, 2] = float("nan")  # the last NaN of a window wins
+    x[1, 1, 3:5, 3:5] = 5.0  # ties: the first maximum wins
+    for size in [(3, 4), (1, 1), (10, 4)]:
+        check(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True), x)
+    check(lambda t: F.adaptive_max_pool2d(t, (3, 2), return_indices=True), x[0].transpose(-1, -2))
+    check(lambda t: F.adaptive_max_pool1d(t, 4, return_indices=True), torch.randn(2, 3, 11))
+    check(lambda t: F.adaptive_max_pool3d(t, (2, 3, 2), return_indices=True), torch.randn(2, 2, 5, 6, 4))
+    check(lambda t: F.adaptive_max_pool2d(t, (3, 4)), torch.randn(2, 3, 7, 9).to(torch.bfloat16))
+    check_grad(lambda t: (F.adaptive_max_pool2d(t, (3, 4)) ** 2).sum(), torch.randn(2, 3, 7, 9, dtype=torch.float64))
+    check_grad(lambda t: (F.adaptive_max_pool3d(t, (2, 3, 2)) ** 2).sum(),
+               torch.randn(2, 2, 5, 6, 4, dtype=torch.float64))
+    check_like_cpu(lambda t: F.adaptive_max_pool2d(t, 2), torch.ones(1, 2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("mode,antialias", [("bicubic", False), ("bilinear", True), ("bicubic", True)])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bicubic_and_antialiased_interpolation(mode, antialias, align_corners):
+    x = torch.randn(2, 3, 7, 9, dtype=torch.float64)
+    for kw in [dict(size=(4, 13)), dict(scale_factor=(2.5, 0.37))]:
+        fn = lambda t: F.interpolate(t, mode=mode, antialias=antialias, align_corners=align_corners, **kw)  # noqa: E731
+        check(fn, x.float())
+        check(fn, x.float().transpose(-1, -2))
+        check_grad(lambda t: (fn(t) ** 2).sum(), x)
+
+
+def test_interpolation_dtypes():
+    x = torch.randn(2, 3, 7, 9)
+    bicubic = lambda t: F.interpolate(t, mode="bicubic", size=(4, 12))  # noqa: E731
+    check(bicubic, x.to(torch.bfloat16))  # weights rounded to bfloat16, as CPU stores them
+    check(bicubic, x.to(torch.float16))
+    for mode in ("bilinear", "bicubic"):
+        antialiased = lambda t: F.interpolate(t, mode=mode, antialias=True, size=(4, 12))  # noqa: E731
+        check_like_cpu(antialiased, x.to(torch.float16))  # CPU has no half kernel
+        for channels in (3, 6):  # CPU's int16 fixed-point uint8 path, exactly
+            check(antialiased, torch.randint(0, 256, (1, channels, 17, 19), dtype=torch.uint8))

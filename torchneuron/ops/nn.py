@@ -790,6 +790,66 @@ _adaptive_lowerings(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d
 _adaptive_lowerings(aten._adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d_backward.default, 3)
 
 
+def _adaptive_max(x, out_sizes):
+    """(values, flat indices into the pooled plane) of adaptive max pooling over the
+    trailing dims, window o of a dim spanning [floor(o * I / O), ceil((o + 1) * I / O)).
+    CPU scans each window in row-major order, keeping the first maximum and taking every
+    NaN, so the result is the last NaN if any, else the first maximum. That rule is
+    separable: reduce the innermost dim, then each outer dim over the partial results."""
+    nsp = len(out_sizes)
+    in_sizes = x.shape[-nsp:]
+    plane_strides = [int(np.prod(in_sizes[i + 1:])) for i in range(nsp)]
+    floating = jnp.issubdtype(x.dtype, jnp.floating)
+    val, flat = x, None
+    for i in reversed(range(nsp)):
+        axis = x.ndim - nsp + i
+        n_in, n_out = in_sizes[i], out_sizes[i]
+        o = np.arange(n_out)
+        start = (o * n_in) // n_out
+        end = -((-(o + 1) * n_in) // n_out)
+        k = int((end - start).max())
+        pos = start[:, None] + np.arange(k)[None, :]  # (O, K) window positions
+        valid = pos < end[:, None]
+        take = jnp.asarray(np.minimum(pos, n_in - 1).reshape(-1))
+        shape = val.shape[:axis] + (n_out, k) + val.shape[axis + 1:]
+        vals = jnp.take(val, take, axis=axis).reshape(shape)
+        mask = jnp.asarray(valid).reshape((n_out, k) + (1,) * (val.ndim - axis - 1))
+        nan = (jnp.isnan(vals) & mask) if floating else jnp.zeros(vals.shape, bool)
+        low = -jnp.inf if floating else jnp.iinfo(x.dtype).min
+        best = jnp.max(jnp.where(mask & ~nan, vals, low), axis=axis + 1, keepdims=True)
+        first_best = jnp.argmax(mask & ~nan & (vals == best), axis=axis + 1)
+        last_nan = k - 1 - jnp.argmax(jnp.flip(nan, axis=axis + 1), axis=axis + 1)
+        choice = jnp.where(jnp.any(nan, axis=axis + 1), last_nan, first_best)
+        picked = jnp.expand_dims(choice, axis + 1)
+        val = jnp.take_along_axis(vals, picked, axis=axis + 1).squeeze(axis + 1)
+        src = jnp.asarray(start, jnp.int64).reshape((n_out,) + (1,) * (val.ndim - axis - 1)) + choice
+        here = src * plane_strides[i]
+        if flat is not None:
+            inner = jnp.take(flat, take, axis=axis).reshape(shape)
+            here = here + jnp.take_along_axis(inner, picked, axis=axis + 1).squeeze(axis + 1)
+        flat = here
+    return val, flat
+
+
+def _adaptive_max_lowerings(op, backward_op, nsp):
+    def forward(self, output_size):
+        """aten::adaptive_max_pool{2,3}d of (N, C, *) or (C, *): (values, int64 indices
+        into the input plane), CPU's window, tie and NaN rules (`_adaptive_max`)."""
+        _require_float(self, f"adaptive_max_pool{nsp}d")
+        return _adaptive_max(self, context().out().shape[-nsp:])
+
+    def backward(grad_output, self, indices):
+        """aten::adaptive_max_pool{2,3}d_backward: grad routed to the argmax positions."""
+        return _max_pool_backward(grad_output, self, indices, nsp)
+
+    lowering(op)(forward)
+    lowering(backward_op)(backward)
+
+
+_adaptive_max_lowerings(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool2d_backward.default, 2)
+_adaptive_max_lowerings(aten.adaptive_max_pool3d.default, aten.adaptive_max_pool3d_backward.default, 3)
+
+
 # ------------------------------------------------------------------ embedding
 @lowering(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -1094,6 +1154,154 @@ def _linear_lowerings(op, backward_op, nsp):
 _linear_lowerings(aten.upsample_linear1d.default, aten.upsample_linear1d_backward.default, 1)
 _linear_lowerings(aten.upsample_bilinear2d.default, aten.upsample_bilinear2d_backward.default, 2)
 _linear_lowerings(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_backward.default, 3)
+
+
+def _scale_in(n_in, n_out, scale, align_corners, dtype):
+    """ATen's area_pixel_compute_scale in `dtype` (the kernel's opmath type)."""
+    if align_corners:
+        return dtype(n_in - 1) / dtype(n_out - 1) if n_out > 1 else dtype(0)
+    if scale is not None and scale > 0:
+        return dtype(1.0 / scale)
+    return dtype(n_in) / dtype(n_out)
+
+
+def _cubic1(x, a):
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _cubic2(x, a):
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
+def _cubic_taps(n_in, n_out, align_corners, scale, dtype):
+    """(indices, weights), each (n_out, 4), of CPU's bicubic interpolation along a dim
+    (HelperInterpCubic): source index without clamping, taps at floor - 1 .. floor + 2
+    clamped to the input, Keys' cubic convolution with A = -0.75."""
+    s = _scale_in(n_in, n_out, scale, align_corners, dtype)
+    o = np.arange(n_out).astype(dtype)
+    src = s * o if align_corners else s * (o + dtype(0.5)) - dtype(0.5)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    t = np.clip(src - i0, 0, 1).astype(dtype)
+    a = dtype(-0.75)
+    one = dtype(1)
+    w = np.stack([_cubic2(t + one, a), _cubic1(t, a), _cubic1(one - t, a), _cubic2(one - t + one, a)], axis=1)
+    idx = np.clip(i0[:, None] + np.arange(-1, 3)[None, :], 0, n_in - 1)
+    return idx, w.astype(dtype)
+
+
+def _aa_taps(n_in, n_out, align_corners, scale, dtype, cubic):
+    """(indices, weights), each (n_out, taps), of CPU's antialiased interpolation along a
+    dim (`_compute_indices_min_size_weights_aa`): a triangle (bilinear) or Keys cubic
+    with a = -0.5 (bicubic) filter widened by the downscale factor, normalized to sum 1;
+    unused taps have weight 0."""
+    s = _scale_in(n_in, n_out, scale, align_corners, dtype)
+    size = 4 if cubic else 2
+    support = dtype(size * 0.5 * s) if s >= 1 else dtype(size * 0.5)
+    invscale = dtype(1.0 / s) if s >= 1 else dtype(1)
+    taps = int(np.ceil(support)) * 2 + 1
+    idx = np.zeros((n_out, taps), np.int64)
+    w = np.zeros((n_out, taps), dtype)
+    for i in range(n_out):
+        center = dtype(s * (i + 0.5))
+        xmin = max(int(center - support + 0.5), 0)
+        xsize = min(max(min(int(center + support + 0.5), n_in) - xmin, 0), taps)
+        x = np.abs(((np.arange(xsize) + xmin - center + 0.5) * invscale).astype(dtype))
+        if cubic:
+            a = dtype(-0.5)
+            f = np.where(x < 1, _cubic1(x, a), np.where(x < 2, _cubic2(x, a), dtype(0)))
+        else:
+            f = np.where(x < 1, dtype(1) - x, dtype(0))
+        f = f.astype(dtype)
+        total = dtype(0)
+        for v in f:  # CPU's running sum, in dtype
+            total = dtype(total + v)
+        if total != 0:
+            f = (f / total).astype(dtype)
+        w[i, :xsize] = f
+        idx[i] = np.minimum(xmin + np.arange(taps), n_in - 1)
+    return idx, w
+
+
+def _resample(x, out_sizes, taps_fn, weight_dtype=None):
+    """Separable resampling of the trailing dims, innermost first (CPU's nesting for
+    bicubic, its horizontal-then-vertical passes for antialiasing): each output is
+    sum_j x[idx[o, j]] * w[o, j], summed in tap order. `weight_dtype` rounds the
+    weights first (CPU's forward kernels store them in the input's dtype)."""
+    nsp = len(out_sizes)
+    np_dtype = np.float64 if x.dtype == jnp.float64 else np.float32
+    for i in reversed(range(nsp)):
+        axis = x.ndim - nsp + i
+        idx, w = taps_fn(x.shape[axis], out_sizes[i], i, np_dtype)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        w = jnp.asarray(w, weight_dtype or x.dtype).astype(x.dtype)
+        out = None
+        for j in range(idx.shape[1]):
+            term = jnp.take(x, jnp.asarray(idx[:, j]), axis=axis) * w[:, j].reshape(shape)
+            out = term if out is None else out + term
+        x = out
+    return x
+
+
+def _resample_uint8(x, out_sizes, taps_fn):
+    """CPU's uint8 antialiased resampling (`_compute_index_ranges_int16_weights` and the
+    uint8 passes): float64 weights scaled to int16 with the most precision bits that
+    keep the largest below 2^15, each pass an int32 sum started at half a unit,
+    shifted back, clamped to [0, 255] and stored as uint8 before the next pass."""
+    nsp = len(out_sizes)
+    for i in reversed(range(nsp)):
+        axis = x.ndim - nsp + i
+        idx, w = taps_fn(x.shape[axis], out_sizes[i], i, np.float64)
+        bits = 0
+        while bits < 22 and int(0.5 + w.max() * (1 << (bits + 1))) < (1 << 15):
+            bits += 1
+        v = w * (1 << bits)
+        w16 = np.where(v < 0, v - 0.5, v + 0.5).astype(np.int16).astype(np.int32)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        acc = jnp.full((), 1 << (bits - 1), jnp.int32)
+        for j in range(idx.shape[1]):
+            term = jnp.take(x, jnp.asarray(idx[:, j]), axis=axis).astype(jnp.int32)
+            acc = acc + term * jnp.asarray(w16[:, j]).reshape(shape)
+        x = jnp.clip(acc >> bits, 0, 255).astype(jnp.uint8)
+    return x
+
+
+def _resample_lowerings(op, backward_op, kernel, taps, half_kernel=None):
+    """Forward and backward lowerings of a separable 2-d interpolation op; `taps(n_in,
+    n_out, align_corners, scale, dtype)` gives one dim's indices and weights. `kernel`
+    (`half_kernel`) names the CPU kernel whose error integer (half) inputs raise."""
+
+    def fn(x, out_sizes, align_corners, scales, weight_dtype=None):
+        return _resample(x, out_sizes, lambda n_in, n_out, i, dt: taps(n_in, n_out, align_corners, scales[i], dt),
+                         weight_dtype)
+
+    def forward(self, output_size, align_corners, *scales):
+        if half_kernel and self.dtype == jnp.uint8:
+            return _resample_uint8(self, context().out().shape[-2:],
+                                   lambda n_in, n_out, i, dt: taps(n_in, n_out, align_corners, scales[i], dt))
+        _require_float(self, kernel)
+        if half_kernel and self.dtype in (jnp.float16, jnp.bfloat16):  # CPU's antialiasing has no half kernels
+            raise NotImplementedError(f'"{half_kernel}" not implemented for '
+                                      f'\'{"Half" if self.dtype == jnp.float16 else "BFloat16"}\'')
+        return fn(_acc(self), context().out().shape[-2:], align_corners, scales, self.dtype)
+
+    def backward(grad_output, output_size, input_size, align_corners, *scales):
+        """The transpose of the forward interpolation."""
+        zeros = jnp.zeros(input_size, acc_type(grad_output.dtype))
+        return _transpose_of(lambda x: fn(x, output_size, align_corners, scales), zeros, grad_output)
+
+    forward.__doc__ = f"aten::{op._schema.name.split('::')[1]}: CPU's weights and summation order ({taps.__name__})."
+    lowering(op, static=("scales_h", "scales_w"))(forward)
+    lowering(backward_op, static=("scales_h", "scales_w"))(backward)
+
+
+_resample_lowerings(aten.upsample_bicubic2d.default, aten.upsample_bicubic2d_backward.default,
+                    "upsample_bicubic2d_out_frame", _cubic_taps)
+_resample_lowerings(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default,
+                    "upsample_bilinear2d_aa", lambda *a: _aa_taps(*a, cubic=False), "compute_index_ranges_weights")
+_resample_lowerings(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default,
+                    "upsample_bicubic2d_aa", lambda *a: _aa_taps(*a, cubic=True), "compute_index_ranges_weights")
 
 
 # ------------------------------------------------------------------ attention
