@@ -104,3 +104,23 @@ def test_interpolation_dtypes():
         check_like_cpu(antialiased, x.to(torch.float16))  # CPU has no half kernel
         for channels in (3, 6):  # CPU's int16 fixed-point uint8 path, exactly
             check(antialiased, torch.randint(0, 256, (1, channels, 17, 19), dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (2, 4, 6), (6, 4)])
+def test_lu_unpack_and_lu_solve_backward(shape):
+    lu, piv = torch.linalg.lu_factor(torch.randn(*shape, dtype=torch.float64))
+    check(torch.lu_unpack, lu, piv)
+    check(lambda a, p: torch.lu_unpack(a.mT.contiguous().mT, p, unpack_pivots=False), lu, piv)
+    check(lambda a, p: torch.lu_unpack(a, p, unpack_data=False), lu, piv)
+    if shape[-1] == shape[-2]:
+        b = torch.randn(*shape[:-1], 2, dtype=torch.float64)
+        check_grad(lambda t: torch.linalg.lu_solve(t, piv.to(t.device), b.to(t.device)).sum(), lu)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
+def test_matrix_exp(dtype):
+    x = torch.randn(3, 5, 5, dtype=dtype)
+    check(torch.linalg.matrix_exp, x, atol=1e-5, rtol=1e-5)
+    check(torch.linalg.matrix_exp, x.mT, atol=1e-5, rtol=1e-5)
+    check(torch.linalg.matrix_exp, torch.zeros(0, 3, 3, dtype=dtype))
+    check_grad(lambda t: (torch.linalg.matrix_exp(t) ** 2).sum().abs(), torch.randn(4, 4, dtype=torch.float64))

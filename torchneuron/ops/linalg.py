@@ -451,3 +451,41 @@ def cholesky_inverse(self, upper=False):
     factors (*, n, n)."""
     eye = jnp.broadcast_to(jnp.eye(self.shape[-1], dtype=self.dtype), self.shape)
     return _cholesky_solve(self, eye, upper)
+
+
+@lowering(aten.lu_unpack.default)
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    """aten::lu_unpack: (P, L, U) with A = P L U from getrf's packed factor (*, m, n) and
+    1-based pivots (*, k): L (*, m, k) unit lower, U (*, k, n) upper, P (*, m, m) with
+    P[perm[j], j] = 1 for the permutation the row swaps make. Outputs not asked for
+    are empty, with the meta kernel's shapes."""
+    ctx = context()
+    m, n = LU_data.shape[-2:]
+    k = min(m, n)
+    outs = [jnp.zeros(ctx.out(i).shape, LU_data.dtype) for i in range(3)]
+    if unpack_pivots:
+        if k:
+            perm = lax.linalg.lu_pivots_to_permutation(LU_pivots.astype(jnp.int32) - 1, m)
+        else:
+            perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), LU_pivots.shape[:-1] + (m,))
+        outs[0] = jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=LU_data.dtype), -1, -2)
+    if unpack_data:
+        eye = jnp.eye(m, k, dtype=LU_data.dtype)
+        outs[1] = jnp.tril(LU_data[..., :, :k], -1) + eye
+        outs[2] = jnp.triu(LU_data[..., :k, :])
+    return tuple(outs)
+
+
+@lowering(aten.linalg_matrix_exp.default)
+def linalg_matrix_exp(self):
+    """aten::linalg_matrix_exp: exp of a (batch of) square matrices (XLA's Pade
+    approximant with scaling and squaring; PyTorch's CPU uses a Taylor one: equal within
+    rounding). Half types compute in float32. Its backward is a matrix_exp of a block
+    matrix, so this lowering serves both."""
+    n = self.shape[-1]
+    if n == 0 or self.size == 0:
+        return jnp.zeros(self.shape, self.dtype)
+    x = self.astype(acc_type(self.dtype))
+    flat = x.reshape((-1, n, n))
+    out = jax.vmap(jax.scipy.linalg.expm)(flat)
+    return out.reshape(self.shape).astype(self.dtype)
