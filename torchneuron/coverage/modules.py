@@ -1,8 +1,9 @@
 """One ModuleInfo (`torch.testing._internal.common_modules.module_db`) checked on
 `neuron` against CPU PyTorch, per dtype, in training mode:
 
-- ``forward``: a module built on the CPU (fixed seed) and its copy moved with
-  ``.to("neuron")`` give the same outputs for the same inputs;
+- ``forward``: a module built on the CPU (fixed seed; lazy modules materialized there
+  by a first call) and its copy moved with ``.to("neuron")`` give the same outputs
+  for the same inputs;
 - ``backward``: for the same random output gradients, the gradients of the inputs and
   of every parameter equal CPU's.
 
@@ -15,6 +16,7 @@ import copy
 from typing import Optional
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
 from torch.utils._pytree import tree_flatten
 
 from .opinfo import DEVICE, _grad_outputs
@@ -50,6 +52,11 @@ def run_check(info, dtype, check: str, limit: Optional[int] = None) -> Outcome:
                 module = info.module_cls(*item.constructor_input.args, **item.constructor_input.kwargs)
                 module = module.to(dtype=dtype) if dtype.is_floating_point or dtype.is_complex else module
                 module.train()
+                if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+                    # Lazy parameters are drawn at the first call: draw them on the CPU so
+                    # the copy gets the same values, not the neuron generator's.
+                    with torch.no_grad():
+                        module(*args, **kwargs)
                 dev_module = copy.deepcopy(module)
                 want = module(*args, **kwargs)
                 outs = _tensors(want, grad_only=True)
