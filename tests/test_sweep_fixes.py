@@ -124,3 +124,13 @@ def test_matrix_exp(dtype):
     check(torch.linalg.matrix_exp, x.mT, atol=1e-5, rtol=1e-5)
     check(torch.linalg.matrix_exp, torch.zeros(0, 3, 3, dtype=dtype))
     check_grad(lambda t: (torch.linalg.matrix_exp(t) ** 2).sum().abs(), torch.randn(4, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_norms_of_complex_use_the_modulus(dtype):
+    x, y = torch.randn(2, 3, 4, dtype=dtype)
+    check(lambda a, b: torch.dist(a, b), x, y)
+    check(lambda a: torch.linalg.vector_norm(a, 3, dim=1), x)
+    check(lambda a: torch.norm(a, 2, dim=0), x)
+    check(lambda a: F.normalize(a), x)
+    check_grad(lambda a: F.normalize(a).abs().sum(), x)

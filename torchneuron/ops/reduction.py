@@ -299,11 +299,21 @@ def _vector_norm(x, ord, axes):
     return jnp.power(jnp.sum(jnp.power(a, ord), axis=axes), 1.0 / ord)
 
 
+def _norm_input(x):
+    """`x` in the (real) dtype a norm computes in: float32 for half types; complex
+    input by its modulus (cast to the real output type, the imaginary part would be
+    dropped), taken at the output's precision."""
+    acc = acc_type(context().out_dtype())
+    if jnp.iscomplexobj(x):
+        return jnp.abs(x.astype(jnp.promote_types(acc, jnp.complex64)))
+    return x.astype(acc)
+
+
 @lowering(aten.linalg_vector_norm.default, static=("ord",))
 def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
     """`aten::linalg_vector_norm`: the `ord`-norm over `dim` (all if None), computed
     in float32 for half types. `ord` is static: each order is its own formula."""
-    x = self.astype(acc_type(context().out_dtype()))
+    x = _norm_input(self)
     return _shaped(_vector_norm(x, ord, _axes(dim, self.ndim)))
 
 
@@ -311,7 +321,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
 def norm(self, p=2, dim=(), keepdim=False, dtype=None):
     """`aten::norm.ScalarOpt_dim[_dtype]` (legacy `torch.norm` with a dim): the vector
     p-norm over `dim`; `p` None means 2."""
-    x = self.astype(acc_type(context().out_dtype()))
+    x = _norm_input(self)
     return _shaped(_vector_norm(x, 2 if p is None else p, _axes(dim, self.ndim)))
 
 
