@@ -134,3 +134,9 @@ def test_norms_of_complex_use_the_modulus(dtype):
     check(lambda a: torch.norm(a, 2, dim=0), x)
     check(lambda a: F.normalize(a), x)
     check_grad(lambda a: F.normalize(a).abs().sum(), x)
+
+
+def test_uniform_of_complex_fills_both_parts():
+    x = torch.zeros(1000, dtype=torch.complex64, device="neuron").uniform_(-2, 3)
+    parts = torch.view_as_real(x.cpu())
+    assert parts.min() >= -2 and parts.max() < 3 and parts.std(0).min() > 1

@@ -71,7 +71,13 @@ def _standard_normal(shape, dtype):
 # ------------------------------------------------------------------ uniform / normal
 @lowering(aten.uniform.default, random=True, static=("from", "to"))
 def uniform(self, from_=0.0, to=1.0, generator=None):
-    """aten::uniform (uniform_): U[from, to) in self's shape and floating dtype."""
+    """aten::uniform (uniform_): U[from, to) in self's shape and floating dtype; a
+    complex tensor gets independent real and imaginary parts in [from, to), as CPU
+    fills its real view."""
+    if jnp.iscomplexobj(self):
+        part = jnp.finfo(self.dtype).dtype
+        pair = uniform(jnp.zeros(self.shape + (2,), part), from_, to)
+        return lax.complex(pair[..., 0], pair[..., 1])
     _require_floating(self.dtype, "check_uniform_bounds")
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={_fmt(from_)} > "
