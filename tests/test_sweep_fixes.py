@@ -140,3 +140,10 @@ def test_uniform_of_complex_fills_both_parts():
     x = torch.zeros(1000, dtype=torch.complex64, device="neuron").uniform_(-2, 3)
     parts = torch.view_as_real(x.cpu())
     assert parts.min() >= -2 and parts.max() < 3 and parts.std(0).min() > 1
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 5), (5, 3)])
+def test_linalg_lu(shape):
+    x = torch.randn(*shape, dtype=torch.float64)
+    check(torch.linalg.lu, x)
+    check_grad(lambda t: sum(m.sum() for m in torch.linalg.lu(t)[1:]), x)

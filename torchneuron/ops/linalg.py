@@ -453,6 +453,29 @@ def cholesky_inverse(self, upper=False):
     return _cholesky_solve(self, eye, upper)
 
 
+def _permutation_matrix(perm, m, dtype):
+    """P with P[perm[j], j] = 1, so that A = P L U when rows perm of A are L U."""
+    return jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=dtype), -1, -2)
+
+
+def _unpack_lu(lu, k):
+    """(L, U) of a packed factor: L unit lower (*, m, k), U upper (*, k, n)."""
+    m = lu.shape[-2]
+    return jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype), jnp.triu(lu[..., :k, :])
+
+
+@lowering(aten.linalg_lu.default)
+def linalg_lu(A, pivot=True):
+    """aten::linalg_lu: (P, L, U) with A = P L U, partial pivoting, any (*, m, n)."""
+    if not pivot:
+        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+    m, n = A.shape[-2:]
+    if A.size == 0:
+        return tuple(jnp.zeros(context().out(i).shape, A.dtype) for i in range(3))
+    lu, _, perm = lax.linalg.lu(A)
+    return (_permutation_matrix(perm, m, A.dtype),) + _unpack_lu(lu, min(m, n))
+
+
 @lowering(aten.lu_unpack.default)
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     """aten::lu_unpack: (P, L, U) with A = P L U from getrf's packed factor (*, m, n) and
@@ -468,11 +491,9 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
             perm = lax.linalg.lu_pivots_to_permutation(LU_pivots.astype(jnp.int32) - 1, m)
         else:
             perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), LU_pivots.shape[:-1] + (m,))
-        outs[0] = jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=LU_data.dtype), -1, -2)
+        outs[0] = _permutation_matrix(perm, m, LU_data.dtype)
     if unpack_data:
-        eye = jnp.eye(m, k, dtype=LU_data.dtype)
-        outs[1] = jnp.tril(LU_data[..., :, :k], -1) + eye
-        outs[2] = jnp.triu(LU_data[..., :k, :])
+        outs[1], outs[2] = _unpack_lu(LU_data, k)
     return tuple(outs)
 
 
