@@ -147,3 +147,15 @@ def test_linalg_lu(shape):
     x = torch.randn(*shape, dtype=torch.float64)
     check(torch.linalg.lu, x)
     check_grad(lambda t: sum(m.sum() for m in torch.linalg.lu(t)[1:]), x)
+
+
+def test_igamma_boundaries_bessel_i1_and_softshrink_backward():
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([0, 0, 0, 1, 2, inf, inf, -1, 1, 3.5, 0.5, nan, 1, 5], dtype=torch.float64)
+    x = torch.tensor([0, 1, -1, 0, inf, 1, inf, 1, -1, 2.5, 0.1, 1, nan, 30], dtype=torch.float64)
+    check(torch.igamma, a, x)
+    check(torch.igammac, a, x)
+    check(torch.igamma, a.float().reshape(2, 7).t(), x.float().reshape(7, 2), atol=1e-5, rtol=1e-4)
+    check(torch.special.i1, torch.randn(20, dtype=torch.float64) * 5)
+    check_grad(lambda t: torch.i0(t).sum(), torch.randn(10, dtype=torch.float64))
+    check_grad(lambda t: F.softshrink(t, 0.5).sum(), torch.tensor([-1, -0.5, 0.2, 0.5, 0.7, nan], dtype=torch.float64))

@@ -405,6 +405,41 @@ def clamp_max(self, max):
     return clamp(self, None, max)
 
 
+def _igamma(lower: bool):
+    def igamma(self, other):
+        """aten::igamma / igammac: the regularized lower (upper) incomplete gamma function
+        P(a, x) (Q(a, x)), with ATen's boundary values (SciPy's): NaN for a < 0 or x < 0,
+        a == 0 gives P = 1 (Q = 0) for x > 0 and NaN at x == 0, x == 0 gives P = 0, an
+        infinite a gives P = 0 (NaN if x is infinite too), an infinite x gives P = 1."""
+        out = _out()
+        c = _compute(out)
+        a, x = cast(self, c), cast(other, c)
+        p = jax.scipy.special.gammainc(a, x) if lower else jax.scipy.special.gammaincc(a, x)
+        one, zero, nan = jnp.ones((), c), jnp.zeros((), c), jnp.full((), jnp.nan, c)
+        hi, lo = (one, zero) if lower else (zero, one)  # the value of P (Q) as x -> inf
+        r = jnp.where(jnp.isinf(x), hi, p)
+        r = jnp.where(jnp.isinf(a), jnp.where(jnp.isinf(x), nan, lo), r)
+        r = jnp.where(x == 0, lo, r)
+        r = jnp.where(a == 0, jnp.where(x > 0, hi, nan), r)
+        r = jnp.where((x < 0) | (a < 0), nan, r)
+        return r.astype(out)
+
+    return igamma
+
+
+lowering(aten.igamma.default)(_igamma(True))
+lowering(aten.igammac.default)(_igamma(False))
+
+
+@lowering(aten.softshrink_backward.default)
+def softshrink_backward(grad_output, self, lambd):
+    """aten::softshrink_backward: grad_output where |self| > lambd (NaN inputs pass
+    it), 0 inside [-lambd, lambd], as CPU's kernel."""
+    out = _out()
+    inside = (self >= -lambd) & (self <= lambd)
+    return jnp.where(inside, 0, grad_output).astype(out)
+
+
 # ------------------------------------------------------------------ unary
 def _unary_float(fn):
     """Ops whose integer inputs give floating outputs (exp, log, sin, ...)."""
@@ -425,7 +460,8 @@ _FLOAT_UNARY = {
     aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.sigmoid: jax.nn.sigmoid, aten.reciprocal: lambda x: 1 / x, aten.lgamma: jax.scipy.special.gammaln,
     aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
-    aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
+    aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg, aten.special_i0e: jax.scipy.special.i0e,
+    aten.special_i1: jax.scipy.special.i1, aten.special_i1e: jax.scipy.special.i1e,
 }
 for _op, _fn in _FLOAT_UNARY.items():
     lowering(_op.default)(_unary_float(_fn))
