@@ -159,3 +159,13 @@ def test_igamma_boundaries_bessel_i1_and_softshrink_backward():
     check(torch.special.i1, torch.randn(20, dtype=torch.float64) * 5)
     check_grad(lambda t: torch.i0(t).sum(), torch.randn(10, dtype=torch.float64))
     check_grad(lambda t: F.softshrink(t, 0.5).sum(), torch.tensor([-1, -0.5, 0.2, 0.5, 0.7, nan], dtype=torch.float64))
+
+
+def test_sdpa_flash_attention_for_cpu_op():
+    """The op CPU's SDPA dispatches to, called directly: output and logsumexp, and the
+    gradients through its backward op."""
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    q, k, v = (torch.randn(2, 2, n, 6, dtype=torch.float64) for n in (3, 5, 5))
+    check(lambda a, b, c: op(a, b, c, is_causal=True), q, k, v)
+    check(lambda a, b, c: op(a, b.transpose(-1, -2).contiguous().transpose(-1, -2), c, scale=0.3), q, k, v)
+    check_grad(lambda a: op(a, k.to(a.device), v.to(a.device))[0].sum(), q)

@@ -1353,6 +1353,47 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
                  for i, g in enumerate(grads))
 
 
+def _mask_bias(attn_mask, dtype):
+    """An SDPA attn_mask as an additive float bias (a bool mask keeps True positions)."""
+    if attn_mask is None:
+        return None
+    if attn_mask.dtype == jnp.bool_:
+        return jnp.where(attn_mask, jnp.zeros((), dtype), jnp.full((), -jnp.inf, dtype))
+    return attn_mask.astype(dtype)
+
+
+@lowering(aten._scaled_dot_product_flash_attention_for_cpu.default, random=True, static=("dropout_p", "scale"))
+def sdpa_flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """aten::_scaled_dot_product_flash_attention_for_cpu (the op CPU's SDPA dispatches
+    to; traced CPU graphs carry it): (output, logsumexp (B, H, L) float32), by the
+    blocked attention kernel. torch._decomp's decomposition of it returns a logsumexp
+    of the wrong shape, hence a lowering."""
+    dtype = acc_type(query.dtype)
+    rng = context().rng_key() if dropout_p else None
+    out, lse = attention.forward(query.astype(dtype), key.astype(dtype), value.astype(dtype),
+                                 _mask_bias(attn_mask, dtype), is_causal=is_causal, scale=scale,
+                                 dropout_p=dropout_p, key=rng)
+    return out.astype(query.dtype), lse.reshape(context().out(1).shape).astype(context().out_dtype(1))
+
+
+@lowering(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, static=("dropout_p", "scale"))
+def sdpa_flash_for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=None,
+                                scale=None):
+    """aten::_scaled_dot_product_flash_attention_for_cpu_backward: (grad_query,
+    grad_key, grad_value) from the saved logsumexp. The op carries no dropout seed, so
+    a forward with dropout cannot be replayed: NotImplementedError."""
+    if dropout_p:
+        raise NotImplementedError("_scaled_dot_product_flash_attention_for_cpu_backward with dropout_p > 0 on neuron")
+    dtype = acc_type(query.dtype)
+    lse = logsumexp.astype(jnp.float32)
+    if query.dtype == jnp.float64:  # the saved logsumexp is float32: recompute it (see sdpa_fused_backward)
+        _, lse = attention.forward(query, key, value, _mask_bias(attn_mask, dtype), is_causal=is_causal, scale=scale)
+    grads = attention.backward(grad_out.astype(dtype), query.astype(dtype), key.astype(dtype), value.astype(dtype),
+                               _mask_bias(attn_mask, dtype), out.astype(dtype), lse, is_causal=is_causal,
+                               scale=scale)
+    return tuple(g.astype(query.dtype) for g in grads[:3])
+
+
 def _replicate(x, padding):
     """ATen's replication padding of the last len(padding) // 2 dims (pairs from the
     last dim; negative pads crop) as a gather of clamped source indices."""
