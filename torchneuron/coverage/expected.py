@@ -33,7 +33,131 @@ VALUES_NOT_COMPARED: Dict[str, str] = {
 
 EXPECTED_FALLBACKS: Dict[str, str] = {}
 
-EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {}
+_HALF_ROUNDING = (
+    "half-precision rounding: neuron computes in float32 and rounds the result once; CPU's kernel rounds "
+    "intermediate values to the half type (or sums in another order), so a few elements differ by one or two "
+    "units in the last place of the half type at the data's scale. Against a float64 reference on the sweep's "
+    "sample, neuron's largest error is no larger than CPU's")
+_HALF_ROUNDING_MEASURED = {  # (op, dtype): (max |CPU - float64 ref|, max |neuron - float64 ref|) on the sample
+    ("nn.functional.batch_norm", "float16"): (0.00177, 0.00093),
+    ("nn.functional.instance_norm", "bfloat16"): (0.0602, 0.0602),
+    ("nn.functional.avg_pool2d", "bfloat16"): (0.0362, 0.0106),
+    ("nn.functional.adaptive_avg_pool2d", "bfloat16"): (0.00714, 0.00471),
+    ("cross", "bfloat16"): (0.0567, 0.0567),
+    ("nn.functional.layer_norm", "bfloat16"): (0.00993, 0.00602),
+    ("nn.functional.pad.replicate_negative", "bfloat16"): (0.0216, 0.0112),
+    ("cummax", "float16"): (0.0013, 0.00136),
+    ("asin", "float16"): (0.0285, 0.0285),
+    ("nn.functional.scaled_dot_product_attention", "bfloat16"): (0.0448, 0.0334),
+    ("nn.functional.embedding_bag", "bfloat16"): (0.0665, 0.0665),
+}
+
+
+def _half_rounding(name: str, dtype: str) -> str:
+    measured = _HALF_ROUNDING_MEASURED.get((name, dtype))
+    if measured is None:
+        return _HALF_ROUNDING
+    return f"{_HALF_ROUNDING} (max error vs float64: CPU {measured[0]:g}, neuron {measured[1]:g})"
+
+
+def _cases(names, checks, dtypes, reason) -> Dict[Tuple[str, str, str], str]:
+    """`reason` for every (name, check, dtype) combination; `reason` may be a function
+    of (name, dtype)."""
+    return {(n, c, d): reason(n, d) if callable(reason) else reason
+            for n in names for c in checks for d in dtypes}
+
+
+_HALF = ("bfloat16", "float16")
+_BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm", "nn.functional.batch_norm")
+
+EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
+    # ---- rounding of half-precision results (see _HALF_ROUNDING)
+    **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward"), _HALF, _half_rounding),
+    **_cases(("native_layer_norm", "nn.functional.layer_norm", "nn.functional.adaptive_avg_pool2d",
+              "nn.functional.avg_pool2d", "nn.functional.pad.replicate_negative", "cross",
+              "nn.functional.scaled_dot_product_attention"), ("backward",), _HALF, _half_rounding),
+    **_cases(("cummax", "cummin", "asin", "nn.functional.linear_cross_entropy.chunked"), ("backward",),
+             ("float16",), _half_rounding),
+    **_cases(("nn.functional.embedding_bag",), ("backward",), ("bfloat16",), _half_rounding),
+    # ---- float32 / complex64 summation order and rounding
+    **_cases(("nn.ConvTranspose3d",), ("backward",), ("float32", "complex64"),
+             "float32 summation order: the weight gradient of a 3-d transposed convolution sums over the batch and "
+             "every spatial position; XLA's convolution and CPU's kernel sum in different orders, so a few of 540 "
+             "elements differ by up to 1e-4 absolute (3e-5 in float32) where the gradient is near zero"),
+    ("nn.LazyConvTranspose3d", "backward", "float32"):
+        "float32 summation order: as nn.ConvTranspose3d (7 of 540 weight-gradient elements differ by up to 3e-5 "
+        "absolute where the gradient is near zero)",
+    ("atanh", "backward", "complex64"):
+        "complex64 rounding: the gradient conj(1 / (1 - z^2)) is divided in single precision by XLA's and CPU's "
+        "complex division formulas, which round differently; 1 of 400 elements differs by 2.7e-6 relative "
+        "(tolerance 1.3e-6)",
+    # ---- the meta kernel, not CPU, decides output dtypes on neuron
+    **_cases(("native_layer_norm",), ("forward",), _HALF,
+             "mean and rstd outputs: PyTorch's meta kernel (CUDA's convention, which neuron's eager executor "
+             "follows for output dtypes) makes them float32 for half inputs; CPU returns them in the input dtype"),
+    # ---- ties decided differently by design
+    **_cases(("kthvalue",), ("forward",), ("int8", "int16", "int32", "int64", "uint8"),
+             "indices among equal values: which index kthvalue returns for a repeated value is unspecified in "
+             "PyTorch; CPU's quickselect returns whichever copy its partitioning leaves at k, neuron's stable "
+             "sort the first one (values are equal; the integer samples repeat values, the float ones do not)"),
+    # ---- sparse layouts
+    **_cases(("sparse.mm.reduce",), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
+             "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here "
+             "aten::_sparse_mm_reduce_impl) is registered for it"),
+    **_cases(("sparse.sampled_addmm",), ("forward", "backward"), ("complex64", "complex128", "float32", "float64"),
+             "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here aten::sparse_sampled_addmm) "
+             "is registered for it"),
+    # ---- dtypes XLA has no type for
+    **_cases(("complex", "view_as_complex"), ("forward", "backward"), ("float16",),
+             "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live on neuron"),
+    ("to", "forward", "bcomplex32"): "bcomplex32: neither XLA nor DLPack has this type, so no tensor of it can "
+                                     "live on neuron",
+    # ---- matrix_exp
+    **_cases(("matrix_exp",), ("forward", "backward"), _HALF,
+             "CPU evaluates matrix_exp's Taylor polynomial in the half type, which overflows to inf/NaN on the "
+             "sweep's samples; neuron computes in float32 and rounds once, giving finite (correct) values"),
+    **_cases(("matrix_exp",), ("backward",), ("float32",),
+             "accuracy of the algorithm: XLA's Pade [13/13] scaling-and-squaring expm (jax.scipy.linalg.expm) is "
+             "about 6x less accurate in float32 than CPU's degree-18 Taylor method (relative error vs float64 "
+             "3.4e-7 against 5.8e-8 on the sample); the backward's 2n x 2n block matrix amplifies it past the "
+             "float32 tolerance"),
+    **_cases(("matrix_exp",), ("forward", "backward"), ("complex64",),
+             "accuracy of the algorithm: XLA's Pade [13/13] scaling-and-squaring expm is about 13x less accurate "
+             "in complex64 than CPU's degree-18 Taylor method (relative error vs complex128 7.8e-7 against 5.8e-8 "
+             "on the sample), past the complex64 tolerance"),
+    # ---- CPU's flash attention
+    **_cases(("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",), ("forward", "backward"),
+             ("float32",) + _HALF,
+             "CPU's flash-attention kernel takes exp with a fast vectorized approximation in float32 (about 1e-5 "
+             "relative error; float64 uses the exact exp and matches), neuron with the exact exp: results differ "
+             "by up to ~2e-5 relative in float32, and by an ulp after rounding to half types"),
+    # ---- ops still on the CPU fallback (each case fails on the fallback; values match CPU's)
+    **_cases(("nn.functional.rrelu",), ("forward", "backward"), ("bfloat16", "float32", "float64"),
+             "CPU fallback: aten.rrelu_with_noise is not lowered yet (it must draw the slopes and write them into "
+             "its `noise` argument in training mode); it runs on the CPU"),
+    **_cases(("nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d", "nn.FractionalMaxPool2d",
+              "nn.FractionalMaxPool3d"), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
+             "CPU fallback: aten.fractional_max_pool{2,3}d and their backward ops are not lowered yet (pooling "
+             "regions come from the random_samples tensor); they run on the CPU"),
+    **_cases(("geqrf",), ("forward",), ("complex64", "complex128", "float32", "float64"),
+             "CPU fallback: aten.geqrf (LAPACK's compact Householder QR) is not lowered yet; lax.linalg.geqrf "
+             "could back it"),
+    **_cases(("ormqr",), ("forward",), ("complex64", "complex128", "float32", "float64"),
+             "CPU fallback: aten.ormqr (multiply by Q given as Householder reflectors) is not lowered yet"),
+    **_cases(("nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss"), ("backward",),
+             ("float32", "float64"),
+             "CPU fallback: aten.multi_margin_loss_backward / multilabel_margin_loss_backward are not lowered yet "
+             "and PyTorch has no decomposition of them"),
+    **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward",),
+             ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),
+             "CPU fallback: the scaled float8 matmuls (aten._scaled_mm, _scaled_mm_v2) are not lowered yet"),
+    # ---- uint8 interpolation without antialiasing
+    **_cases(("nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
+              "nn.functional.interpolate.bicubic"), ("forward",), ("uint8",),
+             "uint8 bilinear/bicubic without antialiasing: CPU runs a dedicated int16 fixed-point kernel "
+             "(_compute_indices_min_size_weights); neuron has only the floating-point lowering, which raises CPU's "
+             "dtype error for Byte (the antialiased uint8 kernels are replayed exactly)"),
+}
 
 #: dtype name -> why no case of that dtype can pass.
 EXPECTED_DTYPE_FAILURES: Dict[str, str] = {
@@ -69,9 +193,12 @@ def judge(outcome, name: str, check: str, dtype) -> Tuple[str, str]:
 
     A case fails on an error, a mismatch with CPU, or a CPU fallback to an op not in
     EXPECTED_FALLBACKS; listed in EXPECTED_FAILURES, a failure is "xfail" and a pass
-    "xpass" (the entry is stale)."""
-    from .outcome import FAILING, FALLBACK
+    "xpass" (the entry is stale). A case with no sample CPU accepts passes whatever the
+    lists say (a dtype-wide entry such as complex32's would call it a stale xpass)."""
+    from .outcome import FAILING, FALLBACK, NO_SAMPLES
 
+    if outcome.status == NO_SAMPLES:  # CPU accepted no sample: nothing ran, nothing to judge
+        return "pass", ""
     problem = outcome.reason if outcome.status == FAILING else ""
     if not problem and outcome.status == FALLBACK:
         bad = unexpected_fallbacks(outcome.fallbacks)
