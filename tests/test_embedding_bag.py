@@ -27,9 +27,10 @@ def _run(fn, weight, psw=None):
     assert_same(neuron, tuple(t.detach() for t in cpu))
 
 
+# The default run keeps padding_idx without include_last_offset per mode; --runslow all.
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-@pytest.mark.parametrize("padding_idx", [None, 4])
-@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("padding_idx", [pytest.param(None, marks=pytest.mark.slow), 4])
+@pytest.mark.parametrize("include_last_offset", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_embedding_bag_forward_and_backward(mode, padding_idx, include_last_offset):
     offsets = torch.cat([OFFSETS, torch.tensor([8])]) if include_last_offset else OFFSETS
     weight = torch.randn(10, 3, dtype=torch.float64)
@@ -41,6 +42,7 @@ def to_dev(t, like):
     return t.to(like.device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padding_idx", [None, 2])
 def test_embedding_bag_per_sample_weights(padding_idx):
     weight = torch.randn(10, 3, dtype=torch.float64)
@@ -49,6 +51,7 @@ def test_embedding_bag_per_sample_weights(padding_idx):
                                       per_sample_weights=p, padding_idx=padding_idx), weight, psw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_embedding_bag_scale_grad_by_freq_and_2d_input(mode):
     weight = torch.randn(6, 4)
@@ -56,6 +59,7 @@ def test_embedding_bag_scale_grad_by_freq_and_2d_input(mode):
     _run(lambda w, _: F.embedding_bag(to_dev(indices, w), w, mode=mode, scale_grad_by_freq=True), weight)
 
 
+@pytest.mark.slow
 def test_embedding_bag_max_keeps_the_first_maximum_and_a_leading_nan():
     weight = torch.tensor([[1.0, float("nan")], [1.0, 2.0], [float("nan"), 3.0], [0.5, 0.5]])
     indices = torch.tensor([0, 1, 3, 2, 1])
@@ -67,7 +71,7 @@ def test_embedding_bag_max_keeps_the_first_maximum_and_a_leading_nan():
     assert_same(out, expected)
 
 
-@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("mode", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_embedding_bag_bookkeeping_outputs_match_cpu(mode):
     """offset2bag, bag_size and max_indices, which the backward reads, equal CPU's.
     (For mean, CPU returns bag_size again as max_indices where the meta kernel, which
@@ -83,6 +87,7 @@ def test_embedding_bag_bookkeeping_outputs_match_cpu(mode):
     assert_same(out[:keep], expected[:keep])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_of_no_indices(mode):
     weight = torch.randn(5, 2)
@@ -90,13 +95,15 @@ def test_embedding_bag_of_no_indices(mode):
                                       torch.tensor([0, 0, 0], device=w.device), mode=mode), weight)
 
 
+@pytest.mark.slow
 def test_embedding_bag_noncontiguous_weight():
     weight = torch.randn(3, 10).t()
     _run(lambda w, _: F.embedding_bag(to_dev(INDICES, w), w, to_dev(OFFSETS, w), mode="mean"), weight)
 
 
-@pytest.mark.parametrize("mode", ["sum", "max"])
-@pytest.mark.parametrize("indices,offsets", [([1, 10], [0]), ([-1, 2], [0]), ([1, 2], [1]), ([1, 2], [0, 3])])
+@pytest.mark.parametrize("mode", ["sum", pytest.param("max", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("indices,offsets", [([1, 10], [0]), ([-1, 2], [0]), ([1, 2], [1]),
+                                             pytest.param([1, 2], [0, 3], marks=pytest.mark.slow)])
 def test_embedding_bag_bad_input_raises_like_cpu(mode, indices, offsets):
     weight = torch.randn(10, 3)
     check_like_cpu(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), weight, torch.tensor(indices),

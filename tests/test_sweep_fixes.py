@@ -44,7 +44,8 @@ def test_frexp_special_and_subnormal_values(dtype):
     check(torch.frexp, torch.randn(4, 6, dtype=dtype)[:, ::2])
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.slow) for d in (torch.uint8, torch.int8, torch.int32)]
+                         + [torch.int64])
 def test_gcd_lcm(dtype):
     low = 0 if dtype == torch.uint8 else -50
     a, b = torch.randint(low, 50, (2, 30)).to(dtype)
@@ -53,7 +54,8 @@ def test_gcd_lcm(dtype):
     check(torch.gcd, a.reshape(6, 5).t(), b[:6])
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bool, marks=pytest.mark.slow),
+                                   pytest.param(torch.int64, marks=pytest.mark.slow), torch.float32])
 def test_mode_smallest_most_frequent_value_and_its_last_index(dtype):
     x = torch.randint(0, 4, (5, 7, 6)).to(dtype)
     for dim in (0, 1, -1):
@@ -67,13 +69,17 @@ def test_mode_of_an_empty_dim_raises_like_cpu():
     check(lambda t: torch.mode(t, 1), torch.zeros(0, 3))
 
 
-def test_adaptive_max_pool_ties_nans_and_gradients():
+def test_adaptive_max_pool_ties_and_nans():
     x = torch.randn(2, 3, 7, 9)
     x[0, 0, 1, 1] = x[0, 0, 2, 2] = float("nan")  # the last NaN of a window wins
     x[1, 1, 3:5, 3:5] = 5.0  # ties: the first maximum wins
     for size in [(3, 4), (1, 1), (10, 4)]:
         check(lambda t: F.adaptive_max_pool2d(t, size, return_indices=True), x)
     check(lambda t: F.adaptive_max_pool2d(t, (3, 2), return_indices=True), x[0].transpose(-1, -2))
+
+
+@pytest.mark.slow
+def test_adaptive_max_pool_1d_3d_half_and_gradients():
     check(lambda t: F.adaptive_max_pool1d(t, 4, return_indices=True), torch.randn(2, 3, 11))
     check(lambda t: F.adaptive_max_pool3d(t, (2, 3, 2), return_indices=True), torch.randn(2, 2, 5, 6, 4))
     check(lambda t: F.adaptive_max_pool2d(t, (3, 4)), torch.randn(2, 3, 7, 9).to(torch.bfloat16))
@@ -83,8 +89,10 @@ def test_adaptive_max_pool_ties_nans_and_gradients():
     check_like_cpu(lambda t: F.adaptive_max_pool2d(t, 2), torch.ones(1, 2, 3, dtype=torch.long))
 
 
-@pytest.mark.parametrize("mode,antialias", [("bicubic", False), ("bilinear", True), ("bicubic", True)])
-@pytest.mark.parametrize("align_corners", [False, True])
+# The default run keeps antialiased bilinear without align_corners; --runslow all.
+@pytest.mark.parametrize("mode,antialias", [pytest.param("bicubic", False, marks=pytest.mark.slow), ("bilinear", True),
+                                            pytest.param("bicubic", True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("align_corners", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_bicubic_and_antialiased_interpolation(mode, antialias, align_corners):
     x = torch.randn(2, 3, 7, 9, dtype=torch.float64)
     for kw in [dict(size=(4, 13)), dict(scale_factor=(2.5, 0.37))]:
@@ -94,6 +102,7 @@ def test_bicubic_and_antialiased_interpolation(mode, antialias, align_corners):
         check_grad(lambda t: (fn(t) ** 2).sum(), x)
 
 
+@pytest.mark.slow
 def test_interpolation_dtypes():
     x = torch.randn(2, 3, 7, 9)
     bicubic = lambda t: F.interpolate(t, mode="bicubic", size=(4, 12))  # noqa: E731
@@ -106,7 +115,8 @@ def test_interpolation_dtypes():
             check(antialiased, torch.randint(0, 256, (1, channels, 17, 19), dtype=torch.uint8))
 
 
-@pytest.mark.parametrize("shape", [(5, 5), (2, 4, 6), (6, 4)])
+@pytest.mark.parametrize("shape", [pytest.param((5, 5), marks=pytest.mark.slow),
+                                   pytest.param((2, 4, 6), marks=pytest.mark.slow), (6, 4)])
 def test_lu_unpack_and_lu_solve_backward(shape):
     lu, piv = torch.linalg.lu_factor(torch.randn(*shape, dtype=torch.float64))
     check(torch.lu_unpack, lu, piv)
@@ -117,6 +127,7 @@ def test_lu_unpack_and_lu_solve_backward(shape):
         check_grad(lambda t: torch.linalg.lu_solve(t, piv.to(t.device), b.to(t.device)).sum(), lu)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
 def test_matrix_exp(dtype):
     x = torch.randn(3, 5, 5, dtype=dtype)
@@ -126,7 +137,7 @@ def test_matrix_exp(dtype):
     check_grad(lambda t: (torch.linalg.matrix_exp(t) ** 2).sum().abs(), torch.randn(4, 4, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("dtype", [torch.complex64, pytest.param(torch.complex128, marks=pytest.mark.slow)])
 def test_norms_of_complex_use_the_modulus(dtype):
     x, y = torch.randn(2, 3, 4, dtype=dtype)
     check(lambda a, b: torch.dist(a, b), x, y)
@@ -142,13 +153,15 @@ def test_uniform_of_complex_fills_both_parts():
     assert parts.min() >= -2 and parts.max() < 3 and parts.std(0).min() > 1
 
 
-@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 5), (5, 3)])
+@pytest.mark.parametrize("shape", [(4, 4), pytest.param((2, 3, 5), marks=pytest.mark.slow),
+                                   pytest.param((5, 3), marks=pytest.mark.slow)])
 def test_linalg_lu(shape):
     x = torch.randn(*shape, dtype=torch.float64)
     check(torch.linalg.lu, x)
     check_grad(lambda t: sum(m.sum() for m in torch.linalg.lu(t)[1:]), x)
 
 
+@pytest.mark.slow
 def test_igamma_boundaries_bessel_i1_and_softshrink_backward():
     inf, nan = float("inf"), float("nan")
     a = torch.tensor([0, 0, 0, 1, 2, inf, inf, -1, 1, 3.5, 0.5, nan, 1, 5], dtype=torch.float64)
