@@ -182,3 +182,26 @@ def test_sdpa_flash_attention_for_cpu_op():
     check(lambda a, b, c: op(a, b, c, is_causal=True), q, k, v)
     check(lambda a, b, c: op(a, b.transpose(-1, -2).contiguous().transpose(-1, -2), c, scale=0.3), q, k, v)
     check_grad(lambda a: op(a, k.to(a.device), v.to(a.device))[0].sum(), q)
+
+
+@pytest.mark.parametrize("p", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_margin_loss_backward(p):
+    x = torch.randn(5, 4, dtype=torch.float64)
+    target = torch.tensor([0, 3, 1, 1, 2])
+    w = torch.rand(4, dtype=torch.float64)
+    check_grad(lambda a: F.multi_margin_loss(a, target.to(a.device), p=p, margin=0.7, weight=w.to(a.device),
+                                             reduction="sum"), x)
+    labels = torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1], [0, -1, 2, 2], [-1, 1, 1, 1], [2, 2, 0, -1]])
+    check_grad(lambda a: (F.multilabel_margin_loss(a, labels.to(a.device), reduction="none") * 1.3).sum(), x)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), pytest.param((2, 3, 5), marks=pytest.mark.slow)])
+def test_geqrf_ormqr(shape):
+    x = torch.randn(*shape, dtype=torch.float64)
+    check(torch.geqrf, x)
+    a, tau = torch.geqrf(x)
+    m = shape[-2]
+    check(lambda a_, t, c: torch.ormqr(a_, t, c, transpose=True), a, tau, torch.randn(*shape[:-2], m, 2,
+                                                                                     dtype=torch.float64))
+    check(lambda a_, t, c: torch.ormqr(a_, t, c, left=False), a, tau, torch.randn(*shape[:-2], 2, m,
+                                                                                 dtype=torch.float64))

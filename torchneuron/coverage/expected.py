@@ -143,15 +143,6 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
               "nn.FractionalMaxPool3d"), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
              "CPU fallback: aten.fractional_max_pool{2,3}d and their backward ops are not lowered yet (pooling "
              "regions come from the random_samples tensor); they run on the CPU"),
-    **_cases(("geqrf",), ("forward",), ("complex64", "complex128", "float32", "float64"),
-             "CPU fallback: aten.geqrf (LAPACK's compact Householder QR) is not lowered yet; lax.linalg.geqrf "
-             "could back it"),
-    **_cases(("ormqr",), ("forward",), ("complex64", "complex128", "float32", "float64"),
-             "CPU fallback: aten.ormqr (multiply by Q given as Householder reflectors) is not lowered yet"),
-    **_cases(("nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss"), ("backward",),
-             ("float32", "float64"),
-             "CPU fallback: aten.multi_margin_loss_backward / multilabel_margin_loss_backward are not lowered yet "
-             "and PyTorch has no decomposition of them"),
     **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward",),
              ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),
              "CPU fallback: the scaled float8 matmuls (aten._scaled_mm, _scaled_mm_v2) are not lowered yet"),

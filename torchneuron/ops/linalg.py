@@ -510,3 +510,40 @@ def linalg_matrix_exp(self):
     flat = x.reshape((-1, n, n))
     out = jax.vmap(jax.scipy.linalg.expm)(flat)
     return out.reshape(self.shape).astype(self.dtype)
+
+
+def _geqrf_meta(self):
+    """geqrf's shapes and CPU's layout (LAPACK's: a column-major in each matrix)."""
+    *batch, m, n = self.shape
+    a = torch.empty(*batch, n, m, dtype=self.dtype, device="meta").mT
+    return a, torch.empty(*batch, min(m, n), dtype=self.dtype, device="meta")
+
+
+_meta_lib = torch.library.Library("aten", "IMPL")
+_meta_lib.impl("geqrf", _geqrf_meta, "Meta")  # PyTorch has no meta kernel for it
+
+
+@lowering(aten.geqrf.default)
+def geqrf(self):
+    """aten::geqrf: LAPACK's compact QR of (*, m, n): R on and above the diagonal,
+    the Householder vectors below it, and their scalars tau (*, min(m, n)). JAX's geqrf
+    primitive (LAPACK's on CPU) is not re-exported by jax.lax.linalg."""
+    from jax._src.lax import linalg as lax_linalg
+
+    return lax_linalg.geqrf(self)
+
+
+@lowering(aten.ormqr.default)
+def ormqr(self, input2, input3, left=True, transpose=False):
+    """aten::ormqr: input3 multiplied by Q (its conjugate transpose when `transpose`),
+    on the left or the right, where Q (mn x mn) is the product of the Householder
+    reflectors in the first k columns of `self` (*, mn, >= k) and `input2` (*, k). Q is
+    built whole: reflectors padded with tau = 0 are identities."""
+    mn, k = self.shape[-2], input2.shape[-1]
+    a = jnp.concatenate([self[..., :k], jnp.zeros(self.shape[:-1] + (mn - k,), self.dtype)], axis=-1)
+    tau = jnp.concatenate([input2, jnp.zeros(input2.shape[:-1] + (mn - k,), input2.dtype)], axis=-1)
+    q = lax.linalg.householder_product(a, tau)
+    if transpose:
+        q = jnp.conj(jnp.swapaxes(q, -1, -2))
+    return jnp.matmul(q, input3, precision=lax.Precision.HIGHEST) if left else \
+        jnp.matmul(input3, q, precision=lax.Precision.HIGHEST)

@@ -270,6 +270,70 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
     return jnp.where(d <= -delta, -delta * g, jnp.where(d >= delta, delta * g, d * g))
 
 
+def _loss_backward(forward, grad_output, self, reduction):
+    """The input gradient of a loss `forward(x)` (per-sample losses before reduction),
+    by JAX's vjp, for CPU's reductions: grad_output has the reduced loss's shape."""
+    def reduced(x):
+        return _reduce(forward(x), reduction)
+
+    out, vjp = jax.vjp(reduced, _acc(self))
+    return vjp(_acc(grad_output).reshape(out.shape))[0]
+
+
+def _hinge(z):
+    """max(z, 0) whose gradient is 0 at z == 0, as CPU's `if (z > 0)` branches."""
+    return jnp.where(z > 0, z, 0)
+
+
+def _register_meta():
+    """Meta kernels PyTorch lacks for the margin losses' backward ops (CPU-only
+    kernels), so the executor and fake tensors get their shapes: the input's."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("multi_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self), "Meta")
+    lib.impl("multilabel_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
+             "Meta")
+    return lib
+
+
+_meta_lib = _register_meta()
+
+
+@lowering(aten.multi_margin_loss_backward.default, static=("p", "margin"))
+def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=_MEAN):
+    """aten::multi_margin_loss_backward: the gradient of CPU's multi_margin_loss,
+    loss_n = sum_{j != y} w[y] * max(0, margin - x[y] + x[j])^p / C, by vjp."""
+    def per_sample(x):
+        x2 = x.reshape(-1, x.shape[-1])
+        n_classes = x2.shape[1]
+        t = jnp.clip(target.reshape(-1).astype(jnp.int64), 0, n_classes - 1)
+        z = _hinge(margin - jnp.take_along_axis(x2, t[:, None], axis=1) + x2)
+        z = z * z if p == 2 else z
+        if weight is not None:
+            z = z * _acc(weight)[t][:, None]
+        z = jnp.where(jnp.arange(n_classes)[None, :] == t[:, None], 0, z)
+        return jnp.sum(z, axis=1) / n_classes
+
+    return _loss_backward(per_sample, grad_output, self, reduction)
+
+
+@lowering(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
+    """aten::multilabel_margin_loss_backward: the gradient of CPU's loss, for each
+    target class j (the targets before the first -1) and non-target class k,
+    max(0, 1 - x[j] + x[k]) summed and divided by C, by vjp."""
+    def per_sample(x):
+        x2 = x.reshape(-1, x.shape[-1])
+        n_classes = x2.shape[1]
+        t = target.reshape(x2.shape).astype(jnp.int64)
+        listed = jnp.cumprod(t != -1, axis=1).astype(x2.dtype)
+        xt = jnp.take_along_axis(x2, jnp.clip(t, 0, n_classes - 1), axis=1)
+        others = 1 - _acc(is_target).reshape(x2.shape)
+        z = _hinge(1 - xt[:, :, None] + x2[:, None, :]) * listed[:, :, None] * others[:, None, :]
+        return jnp.sum(z, axis=(1, 2)) / n_classes
+
+    return _loss_backward(per_sample, grad_output, self, reduction)
+
+
 # ------------------------------------------------------------------ normalization
 def _normalize(x, axes, eps):
     """(x_hat, mean, rstd) over `axes` with the biased variance, in x's dtype."""
