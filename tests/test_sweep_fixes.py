@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check, check_grad, check_like_cpu
+from helpers import check, check_grad, check_like_cpu, no_fallback
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
@@ -205,3 +205,21 @@ def test_geqrf_ormqr(shape):
                                                                                      dtype=torch.float64))
     check(lambda a_, t, c: torch.ormqr(a_, t, c, left=False), a, tau, torch.randn(*shape[:-2], 2, m,
                                                                                  dtype=torch.float64))
+
+
+def test_rrelu_draws_slopes_and_backpropagates_through_them():
+    x = torch.randn(6, 5, dtype=torch.float64)
+    check(lambda t: F.rrelu(t, 0.1, 0.3), x)
+    xn = x.to("neuron").requires_grad_(True)
+    with no_fallback():
+        y = F.rrelu(xn, 0.1, 0.3, training=True)
+        y.sum().backward()
+        z = x.to("neuron")
+        F.rrelu(z, 0.1, 0.3, training=True, inplace=True)
+    negative = x <= 0
+    slopes = y.detach().cpu()[negative] / x[negative]
+    assert slopes.min() >= 0.1 and slopes.max() <= 0.3
+    assert torch.equal(y.detach().cpu()[~negative], x[~negative])
+    torch.testing.assert_close(xn.grad.cpu()[negative], slopes)
+    inplace_slopes = z.cpu()[negative] / x[negative]
+    assert inplace_slopes.min() >= 0.1 and inplace_slopes.max() <= 0.3

@@ -136,9 +136,6 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              ("float32",) + _HALF, _FLASH_EXP),
     ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", "forward", "float16"): _FLASH_EXP,
     # ---- ops still on the CPU fallback (each case fails on the fallback; values match CPU's)
-    **_cases(("nn.functional.rrelu",), ("forward", "backward"), ("bfloat16", "float32", "float64"),
-             "CPU fallback: aten.rrelu_with_noise is not lowered yet (it must draw the slopes and write them into "
-             "its `noise` argument in training mode); it runs on the CPU"),
     **_cases(("nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d", "nn.FractionalMaxPool2d",
               "nn.FractionalMaxPool3d"), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
              "CPU fallback: aten.fractional_max_pool{2,3}d and their backward ops are not lowered yet (pooling "

@@ -391,3 +391,37 @@ def randint_like_low(self, low, high, *args, **kwargs):
 def randint_like(self, high, *args, **kwargs):
     """aten::randint_like: integers uniform on [0, high) in self's shape."""
     return randint_low(0, high, self.shape)
+
+
+def _rrelu(self, noise, lower, upper, training):
+    """(output, new noise) of CPU's rrelu_with_noise: in training each x <= 0 is scaled
+    by a slope drawn from U[lower, upper], recorded in noise (1 elsewhere); otherwise
+    leaky_relu with the mean slope and noise unchanged."""
+    if not training:
+        slope = (lower + upper) / 2
+        return jnp.where(self > 0, self, self * jnp.asarray(slope, self.dtype)), noise
+    r = _uniform(self.shape, self.dtype, lower, upper)
+    negative = self <= 0
+    return jnp.where(negative, self * r, self), jnp.where(negative, r, jnp.ones((), noise.dtype)).astype(noise.dtype)
+
+
+@lowering(aten.rrelu_with_noise.default, random=True, mutates=True, static=("lower", "upper"))
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    """aten::rrelu_with_noise (nn.RReLU, F.rrelu): writes the drawn slopes into `noise`,
+    which the backward reads."""
+    out, new_noise = _rrelu(self, noise, lower, upper, training)
+    return out, {"noise": new_noise}
+
+
+@lowering(aten.rrelu_with_noise_functional.default, random=True, static=("lower", "upper"))
+def rrelu_with_noise_functional(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    """aten::rrelu_with_noise_functional (compiled graphs): (output, the new noise)."""
+    return _rrelu(self, noise, lower, upper, training)
+
+
+@lowering(aten.rrelu_with_noise_.default, random=True, mutates=True, static=("lower", "upper"))
+def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    """aten::rrelu_with_noise_ (F.rrelu(inplace=True)). Registered on its own: the
+    functional overload mutates `noise` too, so no in-place variant is derived from it."""
+    out, new_noise = _rrelu(self, noise, lower, upper, training)
+    return (), {"self": out, "noise": new_noise}
