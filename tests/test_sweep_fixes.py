@@ -223,3 +223,26 @@ def test_rrelu_draws_slopes_and_backpropagates_through_them():
     torch.testing.assert_close(xn.grad.cpu()[negative], slopes)
     inplace_slopes = z.cpu()[negative] / x[negative]
     assert inplace_slopes.min() >= 0.1 and inplace_slopes.max() <= 0.3
+
+
+def test_fractional_max_pool_follows_cpu_for_given_samples():
+    x = torch.randn(2, 3, 11, 13)
+    x[0, 0, 2, 2] = float("nan")
+    samples = torch.rand(2, 3, 2)
+    for kernel, size in [((3, 2), (4, 5)), ((3, 3), (1, 1))]:
+        check(lambda t, r: F.fractional_max_pool2d(t, kernel, output_size=size, return_indices=True,
+                                                   _random_samples=r), x, samples)
+    check_grad(lambda t: (F.fractional_max_pool2d(t, (3, 2), output_size=(4, 5),
+                                                  _random_samples=samples.double().to(t.device)) ** 2).sum(),
+               torch.randn(2, 3, 11, 13, dtype=torch.float64))
+
+
+@pytest.mark.slow
+def test_fractional_max_pool3d():
+    samples = torch.rand(2, 2, 3, dtype=torch.float64)
+    fn = lambda t: F.fractional_max_pool3d(t, (2, 3, 2), output_size=(4, 3, 5),  # noqa: E731
+                                           _random_samples=samples.to(t.device), return_indices=True)
+    x = torch.randn(2, 2, 7, 8, 9, dtype=torch.float64)
+    check(fn, x)
+    check(fn, x.transpose(-1, -3))
+    check_grad(lambda t: (fn(t)[0] ** 2).sum(), x)

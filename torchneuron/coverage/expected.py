@@ -136,10 +136,6 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              ("float32",) + _HALF, _FLASH_EXP),
     ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", "forward", "float16"): _FLASH_EXP,
     # ---- ops still on the CPU fallback (each case fails on the fallback; values match CPU's)
-    **_cases(("nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d", "nn.FractionalMaxPool2d",
-              "nn.FractionalMaxPool3d"), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
-             "CPU fallback: aten.fractional_max_pool{2,3}d and their backward ops are not lowered yet (pooling "
-             "regions come from the random_samples tensor); they run on the CPU"),
     **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward",),
              ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),
              "CPU fallback: the scaled float8 matmuls (aten._scaled_mm, _scaled_mm_v2) are not lowered yet"),

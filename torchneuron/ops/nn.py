@@ -286,9 +286,11 @@ def _hinge(z):
 
 
 def _register_meta():
-    """Meta kernels PyTorch lacks for the margin losses' backward ops (CPU-only
-    kernels), so the executor and fake tensors get their shapes: the input's."""
+    """Meta kernels PyTorch lacks for CPU-only backward ops (the margin losses',
+    fractional_max_pool3d's), so the executor and fake tensors get their shapes: the
+    input's."""
     lib = torch.library.Library("aten", "IMPL")
+    lib.impl("fractional_max_pool3d_backward", lambda grad_output, self, *args: torch.empty_like(self), "Meta")
     lib.impl("multi_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self), "Meta")
     lib.impl("multilabel_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
              "Meta")
@@ -912,6 +914,82 @@ def _adaptive_max_lowerings(op, backward_op, nsp):
 
 _adaptive_max_lowerings(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool2d_backward.default, 2)
 _adaptive_max_lowerings(aten.adaptive_max_pool3d.default, aten.adaptive_max_pool3d_backward.default, 3)
+
+
+def _fractional_starts(u, n_in, n_out, k, dtype):
+    """CPU's generate_intervals: the window starts (P..., n_out) of fractional max
+    pooling along one dim from the per-plane samples u (P...) in [0, 1)."""
+    u = u.astype(dtype)
+    i = jnp.arange(n_out, dtype=dtype)
+    if n_out > 1:
+        alpha = jnp.asarray(n_in - k, dtype) / jnp.asarray(n_out - 1, dtype)
+        starts = (jnp.floor((i + u[..., None]) * alpha) - jnp.floor(u * alpha)[..., None]).astype(jnp.int64)
+    else:
+        starts = jnp.zeros(u.shape + (n_out,), jnp.int64)
+    return starts.at[..., n_out - 1].set(n_in - k) if n_out else starts
+
+
+def _fractional_max(x, kernel, out_sizes, samples, sample_dims):
+    """(values, flat plane indices) of fractional max pooling over the trailing dims:
+    the window of output o along a dim starts where `_fractional_starts` says, per
+    plane; a window's last NaN, else its first maximum, wins (reduced one dim at a time,
+    as `_adaptive_max`). `sample_dims[d]` is the column of `samples` dim d uses."""
+    nsp = len(out_sizes)
+    planes = x.shape[:-nsp]
+    in_sizes = x.shape[-nsp:]
+    plane_strides = [int(np.prod(in_sizes[i + 1:])) for i in range(nsp)]
+    u = samples.reshape(planes + (nsp,))
+    dtype = acc_type(x.dtype)
+    val, flat = x, None
+    for d in reversed(range(nsp)):
+        axis = len(planes) + d
+        n_in, n_out, k = in_sizes[d], out_sizes[d], kernel[d]
+        starts = _fractional_starts(u[..., sample_dims[d]], n_in, n_out, k, dtype)  # planes + (O,)
+        pos = (starts[..., None] + jnp.arange(k)).reshape(planes + (n_out * k,))
+        moved = jnp.moveaxis(val, axis, -1)
+        others = moved.shape[len(planes):-1]
+        idx = jnp.broadcast_to(pos.reshape(planes + (1,) * len(others) + (n_out * k,)),
+                               moved.shape[:-1] + (n_out * k,))
+        vals = jnp.take_along_axis(moved, idx, axis=-1).reshape(moved.shape[:-1] + (n_out, k))
+        nan = jnp.isnan(vals)
+        best = jnp.max(jnp.where(nan, -jnp.inf, vals), axis=-1, keepdims=True)
+        first_best = jnp.argmax(~nan & (vals == best), axis=-1)
+        last_nan = k - 1 - jnp.argmax(jnp.flip(nan, axis=-1), axis=-1)
+        choice = jnp.where(jnp.any(nan, axis=-1), last_nan, first_best)[..., None]
+        picked = jnp.take_along_axis(vals, choice, axis=-1)[..., 0]
+        src = jnp.take_along_axis(idx.reshape(vals.shape), choice, axis=-1)[..., 0]
+        here = src * plane_strides[d]
+        if flat is not None:
+            inner = jnp.take_along_axis(jnp.moveaxis(flat, axis, -1), idx, axis=-1).reshape(vals.shape)
+            here = here + jnp.take_along_axis(inner, choice, axis=-1)[..., 0]
+        val, flat = jnp.moveaxis(picked, -1, axis), jnp.moveaxis(here, -1, axis)
+    return val, flat
+
+
+@lowering(aten.fractional_max_pool2d.default)
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    """aten::fractional_max_pool2d of (N, C, H, W) or (C, H, W): (values, int64 indices
+    into H*W); random_samples (N, C, 2) holds the W sample then the H sample per plane."""
+    return _fractional_max(self, tuple(kernel_size), tuple(output_size), random_samples, (1, 0))
+
+
+@lowering(aten.fractional_max_pool3d.default)
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    """aten::fractional_max_pool3d of (N, C, T, H, W) or (C, T, H, W); random_samples
+    (N, C, 3) holds the T, H and W samples per plane."""
+    return _fractional_max(self, tuple(kernel_size), tuple(output_size), random_samples, (0, 1, 2))
+
+
+@lowering(aten.fractional_max_pool2d_backward.default)
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    """aten::fractional_max_pool2d_backward: grad routed to the argmax positions."""
+    return _max_pool_backward(grad_output, self, indices, 2)
+
+
+@lowering(aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    """aten::fractional_max_pool3d_backward."""
+    return _max_pool_backward(grad_output, self, indices, 3)
 
 
 # ------------------------------------------------------------------ embedding
