@@ -193,6 +193,9 @@ def test_margin_loss_backward(p):
                                              reduction="sum"), x)
     labels = torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1], [0, -1, 2, 2], [-1, 1, 1, 1], [2, 2, 0, -1]])
     check_grad(lambda a: (F.multilabel_margin_loss(a, labels.to(a.device), reduction="none") * 1.3).sum(), x)
+    scalar = torch.tensor(0.5, dtype=torch.float64)  # one sample of one class
+    check_grad(lambda a: F.multi_margin_loss(a, torch.tensor(0, device=a.device)), scalar)
+    check_grad(lambda a: F.multilabel_margin_loss(a, torch.tensor(0, device=a.device)), scalar)
 
 
 @pytest.mark.parametrize("shape", [(5, 3), pytest.param((2, 3, 5), marks=pytest.mark.slow)])

@@ -305,7 +305,7 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
     """aten::multi_margin_loss_backward: the gradient of CPU's multi_margin_loss,
     loss_n = sum_{j != y} w[y] * max(0, margin - x[y] + x[j])^p / C, by vjp."""
     def per_sample(x):
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-dim input is one sample of one class
         n_classes = x2.shape[1]
         t = jnp.clip(target.reshape(-1).astype(jnp.int64), 0, n_classes - 1)
         z = _hinge(margin - jnp.take_along_axis(x2, t[:, None], axis=1) + x2)
@@ -324,7 +324,7 @@ def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_tar
     target class j (the targets before the first -1) and non-target class k,
     max(0, 1 - x[j] + x[k]) summed and divided by C, by vjp."""
     def per_sample(x):
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-dim input is one sample of one class
         n_classes = x2.shape[1]
         t = target.reshape(x2.shape).astype(jnp.int64)
         listed = jnp.cumprod(t != -1, axis=1).astype(x2.dtype)
