@@ -44,8 +44,8 @@ def test_frexp_special_and_subnormal_values(dtype):
     check(torch.frexp, torch.randn(4, 6, dtype=dtype)[:, ::2])
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.slow) for d in (torch.uint8, torch.int8, torch.int32)]
-                         + [torch.int64])
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.slow)
+                                   for d in (torch.uint8, torch.int8, torch.int32)] + [torch.int64])
 def test_gcd_lcm(dtype):
     low = 0 if dtype == torch.uint8 else -50
     a, b = torch.randint(low, 50, (2, 30)).to(dtype)
