@@ -9,7 +9,9 @@ gloo unchanged, so one process group serves both devices.
 
 Before each collective the ranks exchange the (collective, dtype, shape) of their
 tensors over gloo (one small all_gather), so that mismatched collectives raise
-`ValueError` on every rank instead of corrupting data or hanging.
+`ValueError` on every rank instead of corrupting data or hanging. A result that fills
+a whole `neuron` storage is not copied back on XLA:CPU: its host buffer becomes the
+device buffer (`staging.adopt`).
 """
 from __future__ import annotations
 
@@ -37,8 +39,11 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU tensor with the values of `t` (gloo needs dense host memory)."""
     if not _is_neuron(t):
         return t
-    with torch.no_grad():
-        return _POOL.acquire(t.shape, t.dtype).copy_(t)
+    host = _POOL.acquire(t.shape, t.dtype)
+    if not staging.read(t, host):
+        with torch.no_grad():
+            host.copy_(t)
+    return host
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
@@ -63,7 +68,7 @@ def _map(fn: Callable, nested):
 class StagedWork(c10d.Work):
     """Work handle of a host-staged collective (the `torch.distributed.Work` API).
 
-    `wait()` waits for the gloo work, then copies the host results into the caller's
+    `wait()` waits for the gloo work, then moves the host results into the caller's
     `neuron` tensors and runs the collective's epilogue (e.g. the division of
     `ReduceOp.AVG`); it raises what gloo raised (a `DistBackendError` on a timeout or a
     lost peer). `get_future()` completes the work first and returns a completed future
@@ -86,11 +91,13 @@ class StagedWork(c10d.Work):
         if self._inner is not None:
             self._inner.wait(timeout)
         for device_tensor, host_tensor in self._copies:
-            with torch.no_grad():
-                device_tensor.copy_(host_tensor)
+            if not staging.adopt(device_tensor, host_tensor):
+                with torch.no_grad():
+                    device_tensor.copy_(host_tensor)
         if self._epilogue is not None:
             self._epilogue()
-        # The copies above took the host values (host -> device copies copy first).
+        # The copies took the host values (host -> device copies copy first); the pool
+        # keeps an adopted buffer from reuse while its device buffer lives.
         for host_tensor in self._staged:
             _POOL.release(host_tensor)
         self._done = True
