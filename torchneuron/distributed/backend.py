@@ -8,7 +8,8 @@ caller's tensors are respected) when the work handle is waited on. CPU tensors g
 gloo unchanged, so one process group serves both devices.
 
 Before each collective the ranks exchange the (collective, dtype, shape) of their
-tensors over gloo (one small all_gather), so that mismatched collectives raise
+tensors over gloo (one small all_gather, in flight while the inputs are copied to the
+host), so that mismatched collectives raise
 `ValueError` on every rank instead of corrupting data or hanging. A result that fills
 a whole `neuron` storage is not copied back on XLA:CPU: its host buffer becomes the
 device buffer (`staging.adopt`).
@@ -195,7 +196,7 @@ class NeuronBackend(c10d.Backend):
         the host versions and returns the work that copies `outputs` back. `inplace`
         are tensors both read and written (e.g. all_reduce's). `check` is the
         metadata every rank must agree on (default: all tensors' dtypes and shapes)."""
-        self._check(name, check if check is not None else (inplace, inputs, outputs))
+        agreed = self._check.begin(name, check if check is not None else (inplace, inputs, outputs))
         host_of = {}
 
         def host(t, fill):
@@ -207,6 +208,7 @@ class NeuronBackend(c10d.Backend):
         host_inplace = _map(lambda t: host(t, True), inplace)
         host_inputs = _map(lambda t: host(t, True), inputs)
         host_outputs = _map(lambda t: host(t, False), outputs)
+        agreed()  # the device -> host copies above overlapped the check's round trip
         inner = run(host_inplace, host_inputs, host_outputs)
         written = _flatten(inplace) + _flatten(outputs)
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
