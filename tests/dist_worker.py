@@ -84,6 +84,15 @@ def all_reduce():
     c = inputs[rank].clone()
     dist.all_reduce(c)
     _close(c, stacked.sum(0))
+    # The backend's own work (PyTorch's wrapper around it does not forward
+    # is_completed): it turns True once gloo's work has, and then wait() has the result.
+    work = dist.group.WORLD._get_backend(DEV).allreduce([inputs[rank].to(DEV)], dist.AllreduceOptions())
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "is_completed() stayed False"
+        time.sleep(0.001)
+    assert work.wait()
+    _close(work.result()[0], stacked.sum(0))
 
 
 @scenario
@@ -190,6 +199,17 @@ def point_to_point():
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     _close(got, torch.stack([torch.zeros(4), _value(prev)]))
+    # The backend's own receive is not completed before its message is sent.
+    got = torch.empty(4, device=DEV)
+    work = dist.group.WORLD._get_backend(DEV).recv([got], 1, 5) if rank == 0 else None
+    if work is not None:
+        assert not work.is_completed()
+    dist.barrier()
+    if rank == 1:
+        dist.send(_value(9).to(DEV), dst=0, tag=5)
+    if work is not None:
+        assert work.wait() and work.is_completed()
+        _close(got, _value(9))
 
 
 @scenario

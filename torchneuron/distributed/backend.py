@@ -69,17 +69,24 @@ def _map(fn: Callable, nested):
 class StagedWork(c10d.Work):
     """Work handle of a host-staged collective (the `torch.distributed.Work` API).
 
-    `wait()` waits for the gloo work, then moves the host results into the caller's
-    `neuron` tensors and runs the collective's epilogue (e.g. the division of
-    `ReduceOp.AVG`); it raises what gloo raised (a `DistBackendError` on a timeout or a
-    lost peer). `get_future()` completes the work first and returns a completed future
-    whose value is the list of output tensors, as gloo's work does.
+    `wait()` waits for the works it depends on (gloo's, or other staged works), then
+    moves the host results into the caller's `neuron` tensors and runs the collective's
+    epilogue (e.g. the division of `ReduceOp.AVG`); it raises what gloo raised (a
+    `DistBackendError` on a timeout or a lost peer). `is_completed()` is True once those
+    works have completed (the results are then usable through `wait()`, which moves them
+    without waiting for the network), or once waited. `get_future()` completes the work
+    first and returns a completed future whose value is the list of output tensors, as
+    gloo's work does.
+
+    Callers of `torch.distributed` get it wrapped in PyTorch's `PyWorkHolder`, which
+    forwards only `wait()` and `get_future()`: their `is_completed()` stays False, even
+    after `wait()` (a PyTorch limitation of Python backends).
     """
 
-    def __init__(self, inner: Optional[c10d.Work], copies, outputs: List[torch.Tensor],
+    def __init__(self, deps: List[c10d.Work], copies, outputs: List[torch.Tensor],
                  epilogue: Optional[Callable[[], None]] = None, staged=()):
         super().__init__()
-        self._inner = inner
+        self._deps = deps
         self._copies = copies
         self._staged = staged
         self._outputs = outputs
@@ -89,8 +96,8 @@ class StagedWork(c10d.Work):
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         if self._done:
             return True
-        if self._inner is not None:
-            self._inner.wait(timeout)
+        for dep in self._deps:
+            dep.wait(timeout)
         for device_tensor, host_tensor in self._copies:
             if not staging.adopt(device_tensor, host_tensor):
                 with torch.no_grad():
@@ -102,11 +109,11 @@ class StagedWork(c10d.Work):
         for host_tensor in self._staged:
             _POOL.release(host_tensor)
         self._done = True
-        self._inner = self._copies = self._epilogue = self._staged = None
+        self._deps = self._copies = self._epilogue = self._staged = None
         return True
 
     def is_completed(self) -> bool:
-        return self._done
+        return self._done or all(dep.is_completed() for dep in self._deps)
 
     def is_success(self) -> bool:
         return self._done
@@ -181,8 +188,7 @@ class NeuronBackend(c10d.Backend):
 
     def end_coalescing(self) -> StagedWork:
         works, self._coalesced = self._coalesced or [], None
-        return StagedWork(None, [], [t for w in works for t in w.result()],
-                          lambda: [w.wait() for w in works])
+        return StagedWork(works, [], [t for w in works for t in w.result()])
 
     def _record(self, work: StagedWork) -> StagedWork:
         if self._coalesced is not None:
@@ -214,7 +220,7 @@ class NeuronBackend(c10d.Backend):
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
         staged = [host_of[id(t)] for t in _flatten(inplace) + _flatten(inputs) + _flatten(outputs)
                   if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, written, epilogue,
+        return self._record(StagedWork([inner], copies, written, epilogue,
                                        list({id(h): h for h in staged}.values())))
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
@@ -257,7 +263,7 @@ class NeuronBackend(c10d.Backend):
                 (), (), inplace=group, epilogue=epilogue))
         if len(works) == 1:
             return works[0]
-        return StagedWork(None, [], list(tensors), lambda: [w.wait() for w in works])
+        return StagedWork(works, [], list(tensors))
 
     def broadcast(self, tensors, opts):
         return self._staged("broadcast", lambda io, i, o: self._gloo.broadcast(io, opts),
@@ -341,11 +347,10 @@ class NeuronBackend(c10d.Backend):
                                        [t.numel() for t in inputs], c10d.AllToAllOptions())
 
         def unpack():
-            inner.wait()
             with torch.no_grad():
                 for t, part in zip(outputs, flat_out.split([t.numel() for t in outputs])):
                     t.copy_(part.view(t.shape))
-        return self._record(StagedWork(None, [], list(outputs), unpack))
+        return self._record(StagedWork([inner], [], list(outputs), unpack))
 
     def send(self, tensors, dst_rank, tag):
         # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
@@ -362,10 +367,10 @@ class NeuronBackend(c10d.Backend):
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
         staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, list(tensors), staged=staged))
+        return self._record(StagedWork([inner], copies, list(tensors), staged=staged))
 
     def barrier(self, opts):
-        return self._record(StagedWork(self._gloo.barrier(opts), [], []))
+        return self._record(StagedWork([self._gloo.barrier(opts)], [], []))
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         self._gloo.set_timeout(timeout)
