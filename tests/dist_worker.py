@@ -199,6 +199,17 @@ def point_to_point():
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     _close(got, torch.stack([torch.zeros(4), _value(prev)]))
+    # A peer outside the group raises what gloo raises for CPU tensors (after its
+    # timeout there), at once and without crashing.
+    for bad in (world, -1):
+        for t in (_value(rank).to(DEV), _value(rank)):
+            for call in (lambda: dist.send(t, dst=bad), lambda: dist.recv(t, src=bad)):
+                try:
+                    call()
+                except dist.DistStoreError as e:
+                    assert f"rank {bad}" in str(e), e
+                else:
+                    raise AssertionError(f"no error for peer {bad}")
     # The backend's own receive is not completed before its message is sent.
     got = torch.empty(4, device=DEV)
     work = dist.group.WORLD._get_backend(DEV).recv([got], 1, 5) if rank == 0 else None

@@ -354,13 +354,24 @@ class NeuronBackend(c10d.Backend):
 
     def send(self, tensors, dst_rank, tag):
         # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
+        self._check_peer(dst_rank, "destination")
         return self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
 
     def recv(self, tensors, src_rank, tag):
+        self._check_peer(src_rank, "source")
         return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
 
     def recv_anysource(self, tensors, tag):
         return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors, fill=False)
+
+    def _check_peer(self, peer: int, role: str) -> None:
+        """Raises `DistStoreError` for a peer rank outside the group. gloo does not
+        check it: a send on our inner gloo group crashes the process (SIGSEGV), and
+        CPU tensors on a plain gloo group wait for that rank's address in the store
+        and raise `DistStoreError` after the timeout. Same type, at once."""
+        if not 0 <= peer < self._size:
+            raise dist.DistStoreError(f"invalid {role} rank {peer}: the group has ranks "
+                                      f"0 to {self._size - 1}")
 
     def _staged_p2p(self, run, tensors, fill: bool) -> StagedWork:
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
