@@ -199,6 +199,17 @@ def point_to_point():
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     _close(got, torch.stack([torch.zeros(4), _value(prev)]))
+    # From any source, as on gloo: recv says who sent; irecv's work tells it too.
+    if rank == 0:
+        dist.send(_value(3).to(DEV), dst=1)
+        dist.send(_value(4).to(DEV), dst=1)
+    elif rank == 1:
+        got = torch.empty(4, device=DEV)
+        assert dist.recv(got) == 0
+        _close(got, _value(3))
+        work = dist.irecv(got)
+        assert work.wait() and work.is_completed() and work._source_rank() == 0
+        _close(got, _value(4))
     # A peer outside the group raises what gloo raises for CPU tensors (after its
     # timeout there), at once and without crashing.
     for bad in (world, -1):

@@ -80,7 +80,8 @@ class StagedWork(c10d.Work):
 
     Callers of `torch.distributed` get it wrapped in PyTorch's `PyWorkHolder`, which
     forwards only `wait()` and `get_future()`: their `is_completed()` stays False, even
-    after `wait()` (a PyTorch limitation of Python backends).
+    after `wait()` (a PyTorch limitation of Python backends). The exception is the
+    receive from any source (`AnySourceRecvWork`).
     """
 
     def __init__(self, deps: List[c10d.Work], copies, outputs: List[torch.Tensor],
@@ -126,6 +127,57 @@ class StagedWork(c10d.Work):
 
     def result(self) -> List[torch.Tensor]:
         return self._outputs
+
+
+#: Receives from any source that were handed to callers and not yet waited for.
+_UNWAITED_RECVS: set = set()
+
+
+class AnySourceRecvWork(StagedWork):
+    """A `StagedWork` of a receive from any source, which also tells the sender's rank
+    (`_source_rank()`, as gloo's work does; `dist.recv` asks for it).
+
+    It reaches callers unwrapped (`_recv_any_source`), so nothing on the C++ side keeps
+    this Python object alive: it keeps itself (in `_UNWAITED_RECVS`) until waited.
+    """
+
+    def __init__(self, deps: List[c10d.Work], copies, outputs: List[torch.Tensor], staged=()):
+        super().__init__(deps, copies, outputs, staged=staged)
+        self._recv = deps[0]
+        self._source: Optional[int] = None
+        _UNWAITED_RECVS.add(self)
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        try:
+            done = super().wait(timeout)
+            if self._source is None:
+                # Read now: the gloo work holds the host buffer, which the pool may reuse
+                # only once the gloo work is gone.
+                self._source, self._recv = self._recv._source_rank(), None
+            return done
+        finally:
+            _UNWAITED_RECVS.discard(self)
+
+    def _source_rank(self) -> int:
+        return self._source if self._source is not None else self._recv._source_rank()
+
+    def source_rank(self) -> int:
+        return self._source_rank()
+
+
+def _recv_any_source(tensors, process_group, tag):
+    """c10d's `recv_any_source_` kernel for `neuron` tensors, in place of c10d's own.
+
+    c10d's returns the backend's work wrapped in PyTorch's `PyWorkHolder`, which
+    forwards no `_source_rank()`, so `dist.recv(t)` without `src` raised. This one does
+    the same call and returns the backend's work itself.
+    """
+    group = dist.ProcessGroup.unbox(process_group)
+    return group._get_backend(tensors[0].device).recv_anysource(tensors, tag).boxed()
+
+
+_C10D = torch.library.Library("c10d", "IMPL")
+_C10D.impl("recv_any_source_", _recv_any_source, "PrivateUse1")
 
 
 class NeuronBackend(c10d.Backend):
@@ -362,7 +414,8 @@ class NeuronBackend(c10d.Backend):
         return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
 
     def recv_anysource(self, tensors, tag):
-        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors, fill=False)
+        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors,
+                                fill=False, work_type=AnySourceRecvWork)
 
     def _check_peer(self, peer: int, role: str) -> None:
         """Raises `DistStoreError` for a peer rank outside the group. gloo does not
@@ -373,12 +426,12 @@ class NeuronBackend(c10d.Backend):
             raise dist.DistStoreError(f"invalid {role} rank {peer}: the group has ranks "
                                       f"0 to {self._size - 1}")
 
-    def _staged_p2p(self, run, tensors, fill: bool) -> StagedWork:
+    def _staged_p2p(self, run, tensors, fill: bool, work_type=StagedWork) -> StagedWork:
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
         staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
-        return self._record(StagedWork([inner], copies, list(tensors), staged=staged))
+        return self._record(work_type([inner], copies, list(tensors), staged=staged))
 
     def barrier(self, opts):
         return self._record(StagedWork([self._gloo.barrier(opts)], [], []))
