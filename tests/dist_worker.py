@@ -86,7 +86,8 @@ def all_reduce():
     _close(c, stacked.sum(0))
     # The backend's own work (PyTorch's wrapper around it does not forward
     # is_completed): it turns True once gloo's work has, and then wait() has the result.
-    work = dist.group.WORLD._get_backend(DEV).allreduce([inputs[rank].to(DEV)], dist.AllreduceOptions())
+    backend = dist.group.WORLD._get_backend(DEV)
+    work = backend.allreduce([inputs[rank].to(DEV)], dist.AllreduceOptions())
     deadline = time.monotonic() + 30
     while not work.is_completed():
         assert time.monotonic() < deadline, "is_completed() stayed False"

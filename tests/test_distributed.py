@@ -217,6 +217,18 @@ def test_host_pool_reuses_only_unshared_buffers():
     assert pool.acquire((16,), torch.float32).data_ptr() != ptr
     del keep
     assert pool.acquire((2, 8), torch.float32).data_ptr() == ptr
+    # Over budget, the pool forgets buffers still in use elsewhere before refusing more.
+    small = staging.HostPool(max_free_bytes=64)
+    held = small.acquire((16,), torch.float32)
+    small.release(held)
+    ptrs = set()
+    for _ in range(2):
+        free = small.acquire((16,), torch.float32)
+        ptrs.add(free.data_ptr())
+        small.release(free)
+        del free
+    assert held.data_ptr() not in ptrs and len(ptrs) == 1
+    assert small._free_bytes == 64
 
 
 @pytest.mark.parametrize("name", COLLECTIVES + TRAINING_CI)

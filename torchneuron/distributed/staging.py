@@ -81,8 +81,12 @@ class HostPool:
         """Forgets the buffers that device buffers still hold: they stay alive as
         long as those do, and no longer count against the pool's budget."""
         for free in self._free.values():
-            kept = [flat for flat in free if not _shared(flat)]
-            self._free_bytes -= sum(flat.nbytes for flat in free) - sum(flat.nbytes for flat in kept)
+            kept = []
+            for flat in free:
+                if _shared(flat):
+                    self._free_bytes -= flat.nbytes
+                else:
+                    kept.append(flat)
             free[:] = kept
 
 
