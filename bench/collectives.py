@@ -3,8 +3,8 @@ gloo on CPU tensors, in the same run.
 
 One process group "cpu:gloo,neuron:neuron" serves both: CPU tensors go to
 `ProcessGroupGloo`, `neuron` tensors to the host-staged `neuron` backend (device ->
-host copy, the same gloo all_reduce, host -> device copy, plus its cross-rank metadata
-check). Timing: interleaved configurations, minimum over repetitions (bench/common.py);
+host copy, the same gloo all_reduce, the result back on the device (on XLA:CPU its host
+buffer becomes the device buffer), plus its cross-rank metadata check). Timing: interleaved configurations, minimum over repetitions (bench/common.py);
 each timed call ends when the result is in place (`torch.neuron.synchronize()`).
 Bus bandwidth follows nccl-tests: bytes * 2 (n - 1) / n / seconds.
 

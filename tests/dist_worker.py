@@ -84,6 +84,16 @@ def all_reduce():
     c = inputs[rank].clone()
     dist.all_reduce(c)
     _close(c, stacked.sum(0))
+    # The backend's own work (PyTorch's wrapper around it does not forward
+    # is_completed): it turns True once gloo's work has, and then wait() has the result.
+    backend = dist.group.WORLD._get_backend(DEV)
+    work = backend.allreduce([inputs[rank].to(DEV)], dist.AllreduceOptions())
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "is_completed() stayed False"
+        time.sleep(0.001)
+    assert work.wait()
+    _close(work.result()[0], stacked.sum(0))
 
 
 @scenario
@@ -190,6 +200,39 @@ def point_to_point():
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     _close(got, torch.stack([torch.zeros(4), _value(prev)]))
+    # From any source, as on gloo: recv says who sent; irecv's work tells it too.
+    if rank == 0:
+        dist.send(_value(3).to(DEV), dst=1)
+        dist.send(_value(4).to(DEV), dst=1)
+    elif rank == 1:
+        got = torch.empty(4, device=DEV)
+        assert dist.recv(got) == 0
+        _close(got, _value(3))
+        work = dist.irecv(got)
+        assert work.wait() and work.is_completed() and work._source_rank() == 0
+        _close(got, _value(4))
+    # A peer outside the group raises what gloo raises for CPU tensors (after its
+    # timeout there), at once and without crashing.
+    for bad in (world, -1):
+        for t in (_value(rank).to(DEV), _value(rank)):
+            for call in (lambda: dist.send(t, dst=bad), lambda: dist.recv(t, src=bad)):
+                try:
+                    call()
+                except dist.DistStoreError as e:
+                    assert f"rank {bad}" in str(e), e
+                else:
+                    raise AssertionError(f"no error for peer {bad}")
+    # The backend's own receive is not completed before its message is sent.
+    got = torch.empty(4, device=DEV)
+    work = dist.group.WORLD._get_backend(DEV).recv([got], 1, 5) if rank == 0 else None
+    if work is not None:
+        assert not work.is_completed()
+    dist.barrier()
+    if rank == 1:
+        dist.send(_value(9).to(DEV), dst=0, tag=5)
+    if work is not None:
+        assert work.wait() and work.is_completed()
+        _close(got, _value(9))
 
 
 @scenario

@@ -167,6 +167,70 @@ def test_compiled_collectives_run_in_strict_mode(world_of_one, monkeypatch):
     torch.testing.assert_close(out.cpu(), torch.sin(x) * 2 + 1)
 
 
+def test_staged_results_become_device_buffers(world_of_one):
+    """On XLA:CPU a result that fills a whole storage is not copied back: its host
+    buffer becomes the device buffer. The pool then hands that buffer out again only
+    once the device tensor is gone, and the tensor's version counter moves as with
+    copy_; a view still takes the copy_ path."""
+    from torchneuron.distributed import backend, staging
+    from torchneuron.runtime import pjrt, storage
+
+    if pjrt.platform() != "cpu":
+        pytest.skip("host buffers are device buffers only on XLA:CPU")
+    t = torch.arange(6.0, device="neuron")
+    version = t._version
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t._version > version
+    adopted = storage.buffers[t.untyped_storage().data_ptr()].unsafe_buffer_pointer()
+    pool = backend._POOL
+    taken = [pool.acquire((6,), torch.float32) for _ in range(3)]
+    assert adopted not in {h.data_ptr() for h in taken}
+    for h in taken:
+        h.fill_(-1.0)  # as a later collective would write its buffers
+        pool.release(h)
+    torch.testing.assert_close(t.cpu(), torch.arange(6.0))
+    del t  # PJRT releases the aliased memory (the DLPack import) on its own thread
+    deadline = time.monotonic() + 10
+    while adopted not in {pool.acquire((6,), torch.float32).data_ptr() for _ in range(4)}:
+        assert time.monotonic() < deadline, "the pool never got the adopted buffer back"
+        time.sleep(0.01)
+    base = torch.zeros(2, 3, device="neuron")
+    row = base[1]
+    row.copy_(torch.ones(3))
+    dist.all_reduce(row)
+    torch.testing.assert_close(base.cpu(), torch.tensor([[0.0] * 3, [1.0] * 3]))
+    assert not staging.adopt(row, torch.ones(3))
+    scalar = torch.tensor(2.5, device="neuron")  # 0-dim: read and adopted too
+    dist.all_reduce(scalar)
+    assert scalar.item() == 2.5
+
+
+def test_host_pool_reuses_only_unshared_buffers():
+    from torchneuron.distributed import staging
+
+    pool = staging.HostPool(max_free_bytes=1 << 20)
+    a = pool.acquire((4, 4), torch.float32)
+    ptr = a.data_ptr()
+    keep = a.view(-1)  # someone still holds the memory
+    pool.release(a)
+    del a
+    assert pool.acquire((16,), torch.float32).data_ptr() != ptr
+    del keep
+    assert pool.acquire((2, 8), torch.float32).data_ptr() == ptr
+    # Over budget, the pool forgets buffers still in use elsewhere before refusing more.
+    small = staging.HostPool(max_free_bytes=64)
+    held = small.acquire((16,), torch.float32)
+    small.release(held)
+    ptrs = set()
+    for _ in range(2):
+        free = small.acquire((16,), torch.float32)
+        ptrs.add(free.data_ptr())
+        small.release(free)
+        del free
+    assert held.data_ptr() not in ptrs and len(ptrs) == 1
+    assert small._free_bytes == 64
+
+
 @pytest.mark.parametrize("name", COLLECTIVES + TRAINING_CI)
 def test_two_ranks(two_ranks, name):
     assert_ok(two_ranks, name, range(2))

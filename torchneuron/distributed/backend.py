@@ -8,8 +8,11 @@ caller's tensors are respected) when the work handle is waited on. CPU tensors g
 gloo unchanged, so one process group serves both devices.
 
 Before each collective the ranks exchange the (collective, dtype, shape) of their
-tensors over gloo (one small all_gather), so that mismatched collectives raise
-`ValueError` on every rank instead of corrupting data or hanging.
+tensors over gloo (one small all_gather, in flight while the inputs are copied to the
+host), so that mismatched collectives raise
+`ValueError` on every rank instead of corrupting data or hanging. A result that fills
+a whole `neuron` storage is not copied back on XLA:CPU: its host buffer becomes the
+device buffer (`staging.adopt`).
 """
 from __future__ import annotations
 
@@ -37,8 +40,11 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU tensor with the values of `t` (gloo needs dense host memory)."""
     if not _is_neuron(t):
         return t
-    with torch.no_grad():
-        return _POOL.acquire(t.shape, t.dtype).copy_(t)
+    host = _POOL.acquire(t.shape, t.dtype)
+    if not staging.read(t, host):
+        with torch.no_grad():
+            host.copy_(t)
+    return host
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
@@ -63,17 +69,25 @@ def _map(fn: Callable, nested):
 class StagedWork(c10d.Work):
     """Work handle of a host-staged collective (the `torch.distributed.Work` API).
 
-    `wait()` waits for the gloo work, then copies the host results into the caller's
-    `neuron` tensors and runs the collective's epilogue (e.g. the division of
-    `ReduceOp.AVG`); it raises what gloo raised (a `DistBackendError` on a timeout or a
-    lost peer). `get_future()` completes the work first and returns a completed future
-    whose value is the list of output tensors, as gloo's work does.
+    `wait()` waits for the works it depends on (gloo's, or other staged works), then
+    moves the host results into the caller's `neuron` tensors and runs the collective's
+    epilogue (e.g. the division of `ReduceOp.AVG`); it raises what gloo raised (a
+    `DistBackendError` on a timeout or a lost peer). `is_completed()` is True once those
+    works have completed (the results are then usable through `wait()`, which moves them
+    without waiting for the network), or once waited. `get_future()` completes the work
+    first and returns a completed future whose value is the list of output tensors, as
+    gloo's work does.
+
+    Callers of `torch.distributed` get it wrapped in PyTorch's `PyWorkHolder`, which
+    forwards only `wait()` and `get_future()`: their `is_completed()` stays False, even
+    after `wait()` (a PyTorch limitation of Python backends). The exception is the
+    receive from any source (`AnySourceRecvWork`).
     """
 
-    def __init__(self, inner: Optional[c10d.Work], copies, outputs: List[torch.Tensor],
+    def __init__(self, deps: List[c10d.Work], copies, outputs: List[torch.Tensor],
                  epilogue: Optional[Callable[[], None]] = None, staged=()):
         super().__init__()
-        self._inner = inner
+        self._deps = deps
         self._copies = copies
         self._staged = staged
         self._outputs = outputs
@@ -83,22 +97,24 @@ class StagedWork(c10d.Work):
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         if self._done:
             return True
-        if self._inner is not None:
-            self._inner.wait(timeout)
+        for dep in self._deps:
+            dep.wait(timeout)
         for device_tensor, host_tensor in self._copies:
-            with torch.no_grad():
-                device_tensor.copy_(host_tensor)
+            if not staging.adopt(device_tensor, host_tensor):
+                with torch.no_grad():
+                    device_tensor.copy_(host_tensor)
         if self._epilogue is not None:
             self._epilogue()
-        # The copies above took the host values (host -> device copies copy first).
+        # The copies took the host values (host -> device copies copy first); the pool
+        # keeps an adopted buffer from reuse while its device buffer lives.
         for host_tensor in self._staged:
             _POOL.release(host_tensor)
         self._done = True
-        self._inner = self._copies = self._epilogue = self._staged = None
+        self._deps = self._copies = self._epilogue = self._staged = None
         return True
 
     def is_completed(self) -> bool:
-        return self._done
+        return self._done or all(dep.is_completed() for dep in self._deps)
 
     def is_success(self) -> bool:
         return self._done
@@ -111,6 +127,57 @@ class StagedWork(c10d.Work):
 
     def result(self) -> List[torch.Tensor]:
         return self._outputs
+
+
+#: Receives from any source that were handed to callers and not yet waited for.
+_UNWAITED_RECVS: set = set()
+
+
+class AnySourceRecvWork(StagedWork):
+    """A `StagedWork` of a receive from any source, which also tells the sender's rank
+    (`_source_rank()`, as gloo's work does; `dist.recv` asks for it).
+
+    It reaches callers unwrapped (`_recv_any_source`), so nothing on the C++ side keeps
+    this Python object alive: it keeps itself (in `_UNWAITED_RECVS`) until waited.
+    """
+
+    def __init__(self, deps: List[c10d.Work], copies, outputs: List[torch.Tensor], staged=()):
+        super().__init__(deps, copies, outputs, staged=staged)
+        self._recv = deps[0]
+        self._source: Optional[int] = None
+        _UNWAITED_RECVS.add(self)
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        try:
+            done = super().wait(timeout)
+            if self._source is None:
+                # Read now: the gloo work holds the host buffer, which the pool may reuse
+                # only once the gloo work is gone.
+                self._source, self._recv = self._recv._source_rank(), None
+            return done
+        finally:
+            _UNWAITED_RECVS.discard(self)
+
+    def _source_rank(self) -> int:
+        return self._source if self._source is not None else self._recv._source_rank()
+
+    def source_rank(self) -> int:
+        return self._source_rank()
+
+
+def _recv_any_source(tensors, process_group, tag):
+    """c10d's `recv_any_source_` kernel for `neuron` tensors, in place of c10d's own.
+
+    c10d's returns the backend's work wrapped in PyTorch's `PyWorkHolder`, which
+    forwards no `_source_rank()`, so `dist.recv(t)` without `src` raised. This one does
+    the same call and returns the backend's work itself.
+    """
+    group = dist.ProcessGroup.unbox(process_group)
+    return group._get_backend(tensors[0].device).recv_anysource(tensors, tag).boxed()
+
+
+_C10D = torch.library.Library("c10d", "IMPL")
+_C10D.impl("recv_any_source_", _recv_any_source, "PrivateUse1")
 
 
 class NeuronBackend(c10d.Backend):
@@ -173,8 +240,7 @@ class NeuronBackend(c10d.Backend):
 
     def end_coalescing(self) -> StagedWork:
         works, self._coalesced = self._coalesced or [], None
-        return StagedWork(None, [], [t for w in works for t in w.result()],
-                          lambda: [w.wait() for w in works])
+        return StagedWork(works, [], [t for w in works for t in w.result()])
 
     def _record(self, work: StagedWork) -> StagedWork:
         if self._coalesced is not None:
@@ -188,7 +254,7 @@ class NeuronBackend(c10d.Backend):
         the host versions and returns the work that copies `outputs` back. `inplace`
         are tensors both read and written (e.g. all_reduce's). `check` is the
         metadata every rank must agree on (default: all tensors' dtypes and shapes)."""
-        self._check(name, check if check is not None else (inplace, inputs, outputs))
+        agreed = self._check.begin(name, check if check is not None else (inplace, inputs, outputs))
         host_of = {}
 
         def host(t, fill):
@@ -200,12 +266,13 @@ class NeuronBackend(c10d.Backend):
         host_inplace = _map(lambda t: host(t, True), inplace)
         host_inputs = _map(lambda t: host(t, True), inputs)
         host_outputs = _map(lambda t: host(t, False), outputs)
+        agreed()  # the device -> host copies above overlapped the check's round trip
         inner = run(host_inplace, host_inputs, host_outputs)
         written = _flatten(inplace) + _flatten(outputs)
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
         staged = [host_of[id(t)] for t in _flatten(inplace) + _flatten(inputs) + _flatten(outputs)
                   if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, written, epilogue,
+        return self._record(StagedWork([inner], copies, written, epilogue,
                                        list({id(h): h for h in staged}.values())))
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
@@ -248,7 +315,7 @@ class NeuronBackend(c10d.Backend):
                 (), (), inplace=group, epilogue=epilogue))
         if len(works) == 1:
             return works[0]
-        return StagedWork(None, [], list(tensors), lambda: [w.wait() for w in works])
+        return StagedWork(works, [], list(tensors))
 
     def broadcast(self, tensors, opts):
         return self._staged("broadcast", lambda io, i, o: self._gloo.broadcast(io, opts),
@@ -332,31 +399,42 @@ class NeuronBackend(c10d.Backend):
                                        [t.numel() for t in inputs], c10d.AllToAllOptions())
 
         def unpack():
-            inner.wait()
             with torch.no_grad():
                 for t, part in zip(outputs, flat_out.split([t.numel() for t in outputs])):
                     t.copy_(part.view(t.shape))
-        return self._record(StagedWork(None, [], list(outputs), unpack))
+        return self._record(StagedWork([inner], [], list(outputs), unpack))
 
     def send(self, tensors, dst_rank, tag):
         # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
+        self._check_peer(dst_rank, "destination")
         return self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
 
     def recv(self, tensors, src_rank, tag):
+        self._check_peer(src_rank, "source")
         return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
 
     def recv_anysource(self, tensors, tag):
-        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors, fill=False)
+        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors,
+                                fill=False, work_type=AnySourceRecvWork)
 
-    def _staged_p2p(self, run, tensors, fill: bool) -> StagedWork:
+    def _check_peer(self, peer: int, role: str) -> None:
+        """Raises `DistStoreError` for a peer rank outside the group. gloo does not
+        check it: a send on our inner gloo group crashes the process (SIGSEGV), and
+        CPU tensors on a plain gloo group wait for that rank's address in the store
+        and raise `DistStoreError` after the timeout. Same type, at once."""
+        if not 0 <= peer < self._size:
+            raise dist.DistStoreError(f"invalid {role} rank {peer}: the group has ranks "
+                                      f"0 to {self._size - 1}")
+
+    def _staged_p2p(self, run, tensors, fill: bool, work_type=StagedWork) -> StagedWork:
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
         staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
-        return self._record(StagedWork(inner, copies, list(tensors), staged=staged))
+        return self._record(work_type([inner], copies, list(tensors), staged=staged))
 
     def barrier(self, opts):
-        return self._record(StagedWork(self._gloo.barrier(opts), [], []))
+        return self._record(StagedWork([self._gloo.barrier(opts)], [], []))
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         self._gloo.set_timeout(timeout)

@@ -4,12 +4,14 @@ gloo, given tensors of different sizes or dtypes on different ranks, may reinter
 bytes, fail with a transport error, or wait until the timeout. Before each collective the
 `neuron` backend all_gathers one 64-bit digest of its description; when the digests
 differ, the ranks exchange the descriptions themselves and every rank raises the same
-`ValueError` naming what each rank called. Costs one small all_gather per collective.
+`ValueError` naming what each rank called. Costs one small all_gather per collective;
+`Checker.begin` only issues it, so the caller can stage its tensors to the host while
+the digests travel.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -39,8 +41,9 @@ def _digest(text: str) -> int:
 
 
 class Checker:
-    """Callable `(name, items)` that raises `ValueError` on every rank of `group` (a
-    gloo `Backend`) unless all ranks describe the same collective."""
+    """Cross-rank agreement on collectives for `group` (a gloo `Backend`): `begin(name,
+    items)` starts the exchange and returns a function that waits for it and raises
+    `ValueError` on every rank unless all ranks describe the same collective."""
 
     def __init__(self, group, rank: int, size: int):
         self._group = group
@@ -52,13 +55,23 @@ class Checker:
         self._group._allgather_base(out, tensor).wait()
         return out.view(self._size, -1)
 
-    def __call__(self, name: str, items) -> None:
+    def begin(self, name: str, items) -> Callable[[], None]:
+        """Issues the exchange of this rank's digest of `describe(name, items)`; the
+        returned function must be called before the collective itself is issued."""
         if self._size == 1:
-            return
+            return _agreed
         text = describe(name, items)
-        digests = self._all_gather(torch.tensor([_digest(text)], dtype=torch.int64))
-        if bool((digests == digests[0]).all()):
-            return
+        mine = torch.full((1,), _digest(text), dtype=torch.int64)
+        digests = torch.empty(self._size, dtype=torch.int64)
+        work = self._group._allgather_base(digests, mine)
+
+        def finish() -> None:
+            work.wait()
+            if len(set(digests.tolist())) > 1:
+                self._raise(text)
+        return finish
+
+    def _raise(self, text: str) -> None:
         raw = text.encode()[:_DESCRIPTION_BYTES]
         mine = torch.zeros(_DESCRIPTION_BYTES, dtype=torch.uint8)
         mine[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
@@ -67,3 +80,7 @@ class Checker:
         lines = "; ".join(f"rank {r}: {d}" for r, d in enumerate(described))
         raise ValueError(f"mismatched collective across ranks (shapes, dtypes or operation "
                          f"differ): {lines}")
+
+
+def _agreed() -> None:
+    """A world of one agrees with itself."""
