@@ -17,6 +17,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/profiler/api.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -37,7 +38,6 @@ namespace {
 // Python objects of torchneuron.eager.executor, set once by `set_eager_callbacks`
 // (owned references kept for the life of the process).
 PyObject* g_to_jax = nullptr;       // dict: torch dtype -> JAX dtype
-PyObject* g_profiling = nullptr;    // () -> bool: whether a profiler is recording
 PyObject* g_int64_array = nullptr;  // list -> np.int64 array (the dynamic storage offsets)
 PyObject* g_run_failed = nullptr;   // (exception, device) -> raises it, or OutOfMemoryError
 
@@ -85,8 +85,9 @@ class EagerKernel final : public c10::OperatorKernel {
     const size_t n = op.schema().arguments().size();
     py::gil_scoped_acquire gil;
     try {
-      // The values a Python kernel would get, all of them, in schema order.
-      py::list values(n);
+      // The values a Python kernel would get, all of them, in schema order (owned).
+      std::vector<py::object> values(n);
+      std::vector<PyObject*> items(n);
       {
         auto args = torch::jit::last(*stack, n);
         for (size_t i = 0; i < n; ++i) {
@@ -97,10 +98,11 @@ class EagerKernel final : public c10::OperatorKernel {
           } else {
             v = torch::jit::toPyObject(args[i]);
           }
-          PyList_SET_ITEM(values.ptr(), i, v.release().ptr());
+          items[i] = v.ptr();
+          values[i] = std::move(v);
         }
       }
-      py::object sig = fast_signature(PySequence_Fast_ITEMS(values.ptr()), static_cast<Py_ssize_t>(n),
+      py::object sig = fast_signature(items.data(), static_cast<Py_ssize_t>(n),
                                       py::reinterpret_borrow<py::tuple>(kinds_),
                                       py::reinterpret_borrow<py::tuple>(defaults_),
                                       py::reinterpret_borrow<py::dict>(g_registry),
@@ -116,7 +118,9 @@ class EagerKernel final : public c10::OperatorKernel {
         for (auto& r : results) torch::jit::push(*stack, std::move(r));
         return;
       }
-      PyObject* out = PyObject_CallMethodObjArgs(kernel_, s_dispatch_, values.ptr(), sig.ptr(), nullptr);
+      py::list value_list(n);
+      for (size_t i = 0; i < n; ++i) PyList_SET_ITEM(value_list.ptr(), i, values[i].release().ptr());
+      PyObject* out = PyObject_CallMethodObjArgs(kernel_, s_dispatch_, value_list.ptr(), sig.ptr(), nullptr);
       if (!out) throw py::error_already_set();
       py::object result = py::reinterpret_steal<py::object>(out);
       torch::jit::drop(*stack, n);
@@ -149,11 +153,8 @@ class EagerKernel final : public c10::OperatorKernel {
       return false;
     }
     py::object entry_ref = py::reinterpret_borrow<py::object>(entry);
-    PyObject* profiling = PyObject_CallNoArgs(g_profiling);
-    if (!profiling) throw py::error_already_set();
-    int recording = PyObject_IsTrue(profiling);
-    Py_DECREF(profiling);
-    if (recording) return false;
+    // What torch._C._autograd._profiler_enabled (torchneuron.profiler.enabled) returns.
+    if (torch::profiler::impl::profilerEnabled()) return false;
     if (PyObject_Length(attr(entry, s_checks_).ptr()) != 0) return false;
 
     // Strong references: converting the offsets runs Python code, which may free storages.
@@ -180,9 +181,8 @@ class EagerKernel final : public c10::OperatorKernel {
       }
     }
 
-    py::object runs = attr(entry, s_runs_);
-    py::object more = py::reinterpret_steal<py::object>(PyNumber_Add(runs.ptr(), py::int_(1).ptr()));
-    if (!more || PyObject_SetAttr(entry, s_runs_, more.ptr()) < 0) throw py::error_already_set();
+    py::object more = py::int_(PyLong_AsLongLong(attr(entry, s_runs_).ptr()) + 1);
+    if (PyObject_SetAttr(entry, s_runs_, more.ptr()) < 0) throw py::error_already_set();
     py::object fn = attr(entry, s_fn_);
     std::vector<PyObject*> argv;
     argv.reserve(inputs.size());
@@ -244,9 +244,8 @@ class EagerKernel final : public c10::OperatorKernel {
 // process, like those of TORCH_LIBRARY_IMPL).
 torch::Library* g_library = nullptr;
 
-void set_eager_callbacks(py::object to_jax, py::object profiling, py::object int64_array, py::object run_failed) {
+void set_eager_callbacks(py::object to_jax, py::object int64_array, py::object run_failed) {
   g_to_jax = to_jax.release().ptr();
-  g_profiling = profiling.release().ptr();
   g_int64_array = int64_array.release().ptr();
   g_run_failed = run_failed.release().ptr();
 }

@@ -31,6 +31,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -713,8 +714,11 @@ static py::object freeze(PyObject* v) {
 // scalar. Returns (key, tensors, metas, dynamic values, device index or -1).
 py::object fast_signature(PyObject* const* values, Py_ssize_t n, const py::tuple& kinds,
                           const py::tuple& defaults, const py::dict& buffers, const py::dict& to_jax) {
-  py::list key, tensors, metas, dyn, offsets;
-  py::dict slots;
+  py::list key, tensors, metas, dyn;
+  py::object offsets;  // a list, made for the first nonzero storage offset
+  // Distinct storages in order of first use: a tensor's slot is its storage's index here.
+  c10::SmallVector<const void*, 8> slots;
+  static PyObject* dtype_name = PyUnicode_InternFromString("dtype");
   int device = -1;
   PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
   auto add_tensor = [&](PyObject* obj) -> bool {
@@ -737,26 +741,24 @@ py::object fast_signature(PyObject* const* values, Py_ssize_t n, const py::tuple
     int64_t offset = impl->storage_offset();
     py::object dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
     py::int_ nbytes(storage.nbytes());
-    py::object slot;
-    PyObject* found = PyDict_GetItem(slots.ptr(), handle.ptr());
-    if (found) {
-      slot = py::reinterpret_borrow<py::object>(found);
-    } else {
-      slot = py::int_(PyDict_GET_SIZE(slots.ptr()));
-      slots[handle] = slot;
-    }
+    const void* data = storage.data();
+    size_t slot = std::find(slots.begin(), slots.end(), data) - slots.begin();
+    if (slot == slots.size()) slots.push_back(data);
     PyObject* buf = PyDict_GetItem(buffers.ptr(), handle.ptr());
     py::object buf_dtype;
     if (buf) {
-      buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttrString(buf, "dtype"));
+      buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(buf, dtype_name));
       if (!buf_dtype) throw py::error_already_set();
     } else {
       PyObject* jax_dtype = PyDict_GetItem(to_jax.ptr(), dtype.ptr());
       if (!jax_dtype) return false;  // a dtype `neuron` cannot hold: the Python path raises
       buf_dtype = py::reinterpret_borrow<py::object>(jax_dtype);
     }
-    if (offset) offsets.append(py::int_(offset));
-    key.append(slot);
+    if (offset) {
+      if (!offsets) offsets = py::list();
+      offsets.cast<py::list>().append(py::int_(offset));
+    }
+    key.append(py::int_(slot));
     key.append(sizes);
     key.append(strides);
     key.append(py::bool_(offset == 0));
@@ -822,7 +824,7 @@ py::object fast_signature(PyObject* const* values, Py_ssize_t n, const py::tuple
       key.append(freeze(v));
     }
   }
-  if (PyList_GET_SIZE(offsets.ptr())) {
+  if (offsets) {
     dyn.append(offsets);
   }
   return py::make_tuple(py::tuple(key), tensors, metas, dyn, device);

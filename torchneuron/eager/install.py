@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _extension, profiler
+from .. import _extension
 from ..ops import fallback, registry
 from ..runtime import dtypes
 from . import executor, host_kernels, math_bits
@@ -80,7 +80,7 @@ def install() -> None:
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401
 
-    shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, profiler.enabled, executor.int64_array, executor.run_failed)
+    shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, executor.int64_array, executor.run_failed)
     lib = torch.library.Library("aten", "IMPL")
     _libs.append(lib)
 
