@@ -39,6 +39,9 @@ _CPP_ARGUMENT_KINDS = {torch.TensorType, torch.NumberType, torch.IntType, torch.
                        torch.SymIntType, torch.ComplexType, torch.NoneType}
 
 
+_CPP_PATH = False
+
+
 def _is_dtype(t) -> bool:
     if isinstance(t, torch.OptionalType):
         t = t.getElementType()
@@ -88,7 +91,10 @@ def install() -> None:
         if op in KERNELS or _is_composite_implicit(op):
             return
         KERNELS[op] = kernel
-        if _runs_in_cpp(op, kernel):
+        # Off until a profiler regression is fixed: after many ops on the C++ path, device
+        # time is no longer linked to the ops a later torch.profiler window dispatches
+        # (tests/test_profiler.py after test_memory.py's ten-thousand-step loop).
+        if _CPP_PATH and _runs_in_cpp(op, kernel):
             schema = op._schema
             name = schema.name.split("::")[1] + ("." + schema.overload_name if schema.overload_name else "")
             shim.register_eager(name, kernel, [_is_dtype(a.type) for a in schema.arguments])
