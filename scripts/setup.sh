@@ -2,6 +2,8 @@
 # Creates .venv in the repository root and installs torchneuron (editable) with its
 # test and example dependencies. Idempotent: a second run installs nothing unless
 # pyproject.toml or this script changed, or a pinned package is missing.
+# `setup.sh test` also installs what only the tests need outside Python: Debian's
+# chromium, in which tests/test_sweep_report.py loads the sweep report.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -41,4 +43,8 @@ else
     echo "setup: installing ${PINS[*]} and torchneuron[test] into .venv"
     "$PY" -m pip install --quiet "${PINS[@]}" -e ".[test]"
     echo "$want" > "$stamp"
+fi
+
+if [ "${1:-}" = test ]; then
+    bash scripts/install_chromium.sh
 fi

@@ -11,6 +11,12 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run the long sweeps in full")
 
 
+def pytest_configure(config):
+    # The OpInfo/ModuleInfo sweeps choose their full or CI-sample parametrization at import.
+    if config.getoption("--runslow"):
+        os.environ["TORCHNEURON_OPINFO"] = "full"
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
         return

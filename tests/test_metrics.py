@@ -1,6 +1,7 @@
 """torchneuron.metrics counters against known numbers; out-of-memory errors."""
 import warnings
 
+import jax
 import pytest
 import torch
 
@@ -70,13 +71,31 @@ def test_graphs_fallbacks_report_and_reset():
 
 
 def test_out_of_memory_raises_and_the_device_keeps_working():
-    # A storage too large for the device: the error comes from creating its buffer.
+    from torchneuron.runtime import storage
+
+    total = torch.neuron.get_device_properties().total_memory
+    assert total > 0
+    before = torch.neuron.memory_stats()
+    # Storages the device can never hold fail at the call, as on CUDA: a factory, empty,
+    # and an op's result.
     with pytest.raises(torch.OutOfMemoryError, match="neuron out of memory"):
         torch.zeros(2**40, device="neuron")
-    # An executable whose output is too large: PJRT reports RESOURCE_EXHAUSTED.
-    small = torch.ones(1, device="neuron")
+    with pytest.raises(torch.OutOfMemoryError, match="tried to allocate"):
+        torch.empty(2**48, dtype=torch.uint8, device="neuron")
+    small = torch.ones(2**24, device="neuron")
+    with pytest.raises(torch.OutOfMemoryError):
+        small[:, None] * small[None, :]
+    # PJRT's own failed allocation (an execution or a buffer) becomes the same error.
     with pytest.raises(torch.OutOfMemoryError, match="RESOURCE_EXHAUSTED"):
-        small.expand(2**38) + 1
+        storage.raise_if_out_of_memory(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: 4 TiB"), 0)
+    after = torch.neuron.memory_stats()
+    assert after["num_ooms"] == before["num_ooms"] + 4
+    # Nothing that failed is counted as allocated.
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"] + small.nbytes
+    assert after["allocated_bytes.all.peak"] < total
+    free, held = torch.neuron.mem_get_info()
+    assert held == total and free == total - torch.neuron.memory_allocated()
+    small = torch.ones(1, device="neuron")
     x = torch.arange(4.0, device="neuron")
     x.add_(1)
     torch.testing.assert_close((x * small).cpu(), torch.arange(1.0, 5.0))

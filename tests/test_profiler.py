@@ -104,12 +104,17 @@ def test_device_time_from_the_xla_profiler_is_attached_to_ops_and_graphs(tmp_pat
     a = torch.randn(67, 45, device="neuron")
     b = torch.randn(45, 31, device="neuron")
     compiled = torch.compile(lambda t: torch.tanh(t) * 2 - 1, backend="neuron")
-    torch.mm(a, b), compiled(a)  # compile outside the window
+    big = torch.randn(512, 512, device="neuron")
+    torch.mm(a, b), compiled(a), compiled(compiled(a))[0, :4].tolist()  # compile outside the window
     torch.neuron.synchronize()
+    for _ in range(4):  # queued before the window: none of this is the window's device time
+        big = big @ big
     with torch.profiler.profile() as prof:
         for _ in range(3):
             torch.mm(a, b)
-        compiled(a)
+        y = compiled(a)
+        y[0, :4].tolist()  # a view read: an internal executable nobody dispatched as an op
+        compiled(y)
         torch.neuron.synchronize()
 
     averages = {e.key: e for e in prof.key_averages()}
@@ -126,7 +131,16 @@ def test_device_time_from_the_xla_profiler_is_attached_to_ops_and_graphs(tmp_pat
     assert {op["name"] for op in linked} >= {"neuron::op::aten::mm", graph[0].key}
     for kernel in kernels:
         op = ops.get(kernel["args"].get("External id"))
+        module = kernel["args"]["hlo_module"]
+        if not module.startswith("jit_neuron_"):
+            assert op is None  # internal executables (view reads) belong to no op
+            continue
         assert op is not None, f"device kernel {kernel} not linked to the op that dispatched it"
+        # Each kernel is charged to the op or graph whose executable it belongs to.
+        if op["name"].startswith("neuron::graph::"):
+            assert module.startswith("jit_neuron_graph_"), (op["name"], module)
+        else:
+            assert module.startswith("jit_neuron_aten__mm_"), (op["name"], module)
         # A kernel runs after its op started dispatching it (Kineto and XLA share the
         # wall clock; 1 ms slack for their clock reads).
         assert kernel["ts"] >= op["ts"] - 1000
@@ -168,3 +182,21 @@ def test_cpu_only_profile_records_no_device_activity(tmp_path):
     kernels, _ = _kernels_and_ops(tmp_path, prof)
     assert kernels == []
     assert all(e.self_device_time_total == 0 for e in prof.key_averages())
+
+
+def test_busy_xla_profiler_leaves_the_profile_without_device_time(tmp_path):
+    import jax
+    import pytest
+
+    x = torch.randn(8, 8, device="neuron")
+    (x @ x).cpu()
+    jax.profiler.start_trace(str(tmp_path))
+    try:
+        with pytest.warns(UserWarning, match="no device time"):
+            with torch.profiler.profile() as prof:
+                (x @ x).cpu()
+    finally:
+        jax.profiler.stop_trace()
+    averages = {e.key: e for e in prof.key_averages()}
+    assert averages["neuron::op::aten::mm"].count == 1
+    assert all(e.self_device_time_total == 0 for e in averages.values())

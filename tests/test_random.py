@@ -180,3 +180,58 @@ def test_errors_match_cpu(name, case):
     assert type(neuron.value) is type(cpu.value)
     if name not in _META_FORMATTED:
         assert str(neuron.value) == str(cpu.value)
+
+
+# Each compiled function's samples and the CDF they follow.
+_COMPILED = {
+    "rand": (lambda v: v + torch.rand(N, device=v.device), lambda x: x.clamp(0, 1)),
+    "randn_like": (lambda v: torch.randn_like(v), torch.special.ndtr),
+    "randint": (lambda v: torch.randint(3, 9, (N,), device=v.device) + v,
+                lambda x: ((x.floor() - 2) / 6).clamp(0, 1)),
+    "uniform_": (lambda v: v.clone().uniform_(-2, 5), lambda x: ((x + 2) / 7).clamp(0, 1)),
+    "normal_": (lambda v: v.clone().normal_(2.0, 3.0), lambda x: torch.special.ndtr((x - 2) / 3)),
+    "exponential_": (lambda v: v.clone().exponential_(2.0), lambda x: (1 - torch.exp(-2 * x)).clamp(min=0)),
+    "bernoulli": (lambda v: torch.bernoulli(torch.full_like(v, 0.3)), lambda x: (x >= 0) * 0.7 + (x >= 1) * 0.3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_COMPILED))
+def test_random_factories_lower_in_compiled_graphs(name, monkeypatch):
+    """Compiled random ops run inside the graph (strict mode: no split, no fallback),
+    replay under the same seed, and follow their distribution."""
+    import torchneuron.config
+
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    fn, cdf = _COMPILED[name]
+    compiled = torch.compile(fn, backend="neuron")
+    x = torch.zeros(N, device=D)
+    torch.manual_seed(7)
+    first = compiled(x).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(first, compiled(x).cpu())
+    if name in ("randint", "bernoulli"):  # discrete: compare the frequencies
+        values, counts = first.unique(return_counts=True)
+        expected = (cdf(values.double()) - cdf(values.double() - 1)).double()
+        assert torch.allclose(counts.double() / N, expected, atol=0.03)
+    else:
+        assert ks_statistic(first, cdf) < KS_CRITICAL
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_replays_dropout(use_reentrant):
+    """torch.utils.checkpoint restores the neuron RNG before recomputing: gradients
+    equal those of the plain forward."""
+    from torch.utils.checkpoint import checkpoint
+
+    lin = torch.nn.Linear(32, 32).to(D)
+    x = torch.randn(16, 32, device=D, requires_grad=True)
+
+    def f(t):
+        return torch.nn.functional.dropout(lin(t), 0.5)
+
+    torch.manual_seed(5)
+    f(x).sum().backward()
+    expected, x.grad = x.grad.cpu(), None
+    torch.manual_seed(5)
+    checkpoint(f, x, use_reentrant=use_reentrant).sum().backward()
+    assert torch.equal(x.grad.cpu(), expected)

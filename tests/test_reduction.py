@@ -250,3 +250,23 @@ def test_compile_only_lowerings(monkeypatch):
     actual = torch.compile(f, backend="neuron")(to_neuron(x))
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a.cpu() if isinstance(a, torch.Tensor) else tuple(v.cpu() for v in a), e)
+
+
+@pytest.mark.parametrize("args", [dict(bins=4, min=0, max=3), dict(bins=7), dict(bins=3, min=2, max=2),
+                                  dict(bins=5, min=-1, max=1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc(args, dtype):
+    x = torch.tensor([0, 1, 1, 3, 5, -1, NAN, 2.9999, 2.0, -0.5], dtype=dtype)
+    if args.get("min", 0) == args.get("max", 0):
+        x = x[~x.isnan()]  # the data's range must be finite (CPU raises; a lowering cannot)
+    with no_fallback():
+        check(torch.histc, x, **args)
+
+
+def test_histc_integer_like_cuda():
+    # CPU refuses integer histc; CUDA (and transformers' MoE routing off the CPU) uses it.
+    ids = torch.tensor([0, 7, 3, 3, 9, -1, 7, 7], dtype=torch.int32)
+    with no_fallback():
+        out = torch.histc(ids.to("neuron"), bins=8, min=0, max=7)
+    assert out.dtype == torch.int32
+    assert out.cpu().tolist() == torch.histc(ids.float(), bins=8, min=0, max=7).int().tolist()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import atexit
 
-__all__ = ["fallback_ops", "install"]
+__all__ = ["fallback_ops", "install", "kernel"]
 
 _installed = False
 
@@ -44,6 +44,9 @@ def install() -> None:
     safetensors_device.install()
     printing.install()
     profiler.install()
+    from . import distributed
+
+    distributed.register()
 
 
 def _configure_logging() -> None:
@@ -67,6 +70,15 @@ def fallback_ops() -> dict:
     from .ops import fallback
 
     return fallback.fallback_ops()
+
+
+def kernel(name: str, fn=None, **options):
+    """Decorator turning a JAX function into the PyTorch operator `name` that runs on
+    `neuron` tensors in eager mode and inside compiled graphs; see
+    `torchneuron.kernels.interface.kernel` for the arguments and errors."""
+    from .kernels.interface import kernel as define
+
+    return define(name, fn, **options)
 
 
 def _autoload() -> None:

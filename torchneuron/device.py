@@ -51,6 +51,15 @@ def is_initialized() -> bool:
     return pjrt._init_pid is not None and not pjrt.in_bad_fork()
 
 
+def __getattr__(name: str):
+    # torch.utils.checkpoint stashes and restores a device's RNG state only when the
+    # device module reports `_initialized`, as torch.cuda does; without it a
+    # recomputed dropout would draw a different mask.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
+
+
 def init() -> None:
     """Initializes the PJRT client (done lazily by the first device use otherwise)."""
     _lazy_init()
@@ -176,6 +185,14 @@ def memory_allocated(device: _DeviceLike = None) -> int:
     return memory_stats(device)["allocated_bytes.all.current"]
 
 
+def mem_get_info(device: _DeviceLike = None):
+    """(free, total) bytes of `device`, as `torch.cuda.mem_get_info`: total is the
+    device's capacity (`get_device_properties().total_memory`), free what live `neuron`
+    storages leave of it."""
+    total = get_device_properties(device).total_memory
+    return max(total - memory_allocated(device), 0), total
+
+
 def max_memory_allocated(device: _DeviceLike = None) -> int:
     """Peak of `memory_allocated` since start or the last `reset_peak_memory_stats`."""
     return memory_stats(device)["allocated_bytes.all.peak"]
@@ -238,16 +255,12 @@ _Properties = namedtuple("_Properties", ["name", "platform", "total_memory", "in
 
 
 def get_device_properties(device: _DeviceLike = None):
-    """Name, PJRT platform, total memory in bytes (0 if the platform does not say)."""
+    """Name, PJRT platform, total memory in bytes (`runtime.pjrt.capacity`: the
+    allocator limit PJRT reports, host memory for XLA:CPU, 0 if unknown)."""
     from .runtime import pjrt
 
     d = pjrt.device(_index(device))
-    stats = {}
-    try:
-        stats = d.memory_stats() or {}
-    except Exception:  # some PJRT plugins do not implement memory_stats
-        stats = {}
-    return _Properties(d.device_kind, d.platform, int(stats.get("bytes_limit", 0)), _index(device))
+    return _Properties(d.device_kind, d.platform, pjrt.capacity(d), _index(device))
 
 
 def get_device_name(device: _DeviceLike = None) -> str:

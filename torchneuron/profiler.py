@@ -75,6 +75,7 @@ def _start_device_trace() -> None:
 
     options = _profiler.ProfileOptions()
     options.python_tracer_level = 0  # torch.profiler already traces Python
+    _wait_for_device()
     try:
         _session = _profiler.ProfilerSession(options)
     except Exception as exc:  # noqa: BLE001 - e.g. a jax.profiler trace is already running
@@ -89,7 +90,23 @@ def _stop_device_trace() -> List[Tuple[str, int, List[Tuple[str, int, int]]]]:
     session, _session = _session, None
     if session is None:
         return []
-    return device_executions(session.stop())
+    _wait_for_device()
+    try:
+        xspace = session.stop()
+    except Exception as exc:  # noqa: BLE001 - e.g. a jax.profiler trace was running
+        warnings.warn(f"torchneuron: no device time in this profile, the XLA profiler failed: {exc}")
+        return []
+    return device_executions(xspace)
+
+
+def _wait_for_device() -> None:
+    """Waits for queued device work, so that the profiled window holds exactly the
+    executions dispatched inside it (the pairing of executions with dispatches relies
+    on it)."""
+    from .runtime import storage
+
+    for buf in list(storage.buffers.values()):
+        buf.block_until_ready()
 
 
 def device_executions(xspace: bytes) -> List[Tuple[str, int, List[Tuple[str, int, int]]]]:

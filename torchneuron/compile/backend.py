@@ -6,7 +6,9 @@ resulting forward and backward graph becomes one `GraphExecutable` (one `jax.jit
 built by interpreting the graph with the eager lowering table). Nodes with no lowering
 are split out by PyTorch's capability-based partitioner and run eagerly at that node
 (through the eager kernels and, failing those, the counted CPU fallback; strict mode
-raises). Dynamic shapes are specialized per concrete shape, with a cache.
+raises). Collectives (`_c10d_functional` ops, from DTensor or traced torch.distributed
+calls) are split out the same way and run through the process group's backend; they are
+communication, not a fallback, so they are allowed in strict mode and not warned about. Dynamic shapes are specialized per concrete shape, with a cache.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .. import config, metrics
+from . import flex_attention
 from .graph import GraphExecutable, lowerable
 
 log = logging.getLogger("torchneuron")
@@ -33,6 +36,9 @@ log = logging.getLogger("torchneuron")
 # `neuron` (Python, calling into JAX) would otherwise be traced as user code.
 for _package in ("torchneuron", "torch_neuronx", "jax", "jaxlib", "ml_dtypes"):
     trace_rules.add(_package)
+
+
+flex_attention.allow_neuron_device()
 
 
 class _Support(OperatorSupport):
@@ -61,19 +67,28 @@ def _unsupported(gm: torch.fx.GraphModule):
     return [n for n in gm.graph.nodes if n.op == "call_function" and not lowerable(n)]
 
 
+#: Namespaces of the ops that communicate through a torch.distributed process group.
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d")
+
+
+def _is_collective(node: torch.fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.namespace in _COLLECTIVE_NAMESPACES
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
     """A boxed callable running an AOTAutograd ATen graph on `neuron`."""
     unsupported = _unsupported(gm)
     if not unsupported:
         exe = GraphExecutable(gm, name)
         return make_boxed_func(lambda *args: exe(*args))
-    names = sorted({str(n.target) for n in unsupported})
-    if config.STRICT:
+    names = sorted({str(n.target) for n in unsupported if not _is_collective(n)})
+    if names and config.STRICT:
         raise NotImplementedError(
             f"torch.compile(backend='neuron'): no lowering for {names} and TORCHNEURON_STRICT=1 forbids "
             "running them outside the compiled graph")
     metrics.count("graph_partitions")
-    log.warning("torchneuron: compiled graph is split around ops with no lowering: %s", names)
+    if names:
+        log.warning("torchneuron: compiled graph is split around ops with no lowering: %s", names)
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for child, sub in list(fused.named_children()):

@@ -11,6 +11,7 @@ back into the real tensors' storages. Random nodes draw from the device generato
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import operator
 import os
@@ -27,7 +28,7 @@ from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
 from ..runtime import checks, dtypes, storage, transfer, views
-from . import cache
+from . import cache, flex_attention, mutation
 
 log = logging.getLogger("torchneuron")
 aten = torch.ops.aten
@@ -62,6 +63,10 @@ def lowerable(node: torch.fx.Node) -> bool:
     """Whether a call_function node has a lowering (getitem always does)."""
     if node.target is operator.getitem:
         return True
+    if node.target in mutation.HOPS:
+        return mutation.lowerable(node)
+    if node.target in flex_attention.HOPS:
+        return flex_attention.lowerable(node)
     if not isinstance(node.target, torch._ops.OpOverload):
         return False
     if node.target is aten.copy_.default:
@@ -119,11 +124,24 @@ class GraphExecutable:
                     mutations.append(value)
                     env[node] = value
                     continue
-                low = LOWERINGS[node.target]
-                ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
-                              contiguous=_contiguity(node.args))
-                with tracing(ctx):
-                    result = low.fn(*_schema_args(node.target, args, kwargs))
+                if node.target in flex_attention.HOPS:
+                    env[node] = flex_attention.run(node, args, _schema_args, _out_specs, _cast)
+                    continue
+                if node.target in mutation.HOPS:
+                    target, low = args[0], LOWERINGS[args[0]]
+                    ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index)
+
+                    def call(values):
+                        with tracing(ctx):
+                            return low.fn(*values)
+
+                    result = mutation.run(node, target, kwargs, call)
+                else:
+                    low = LOWERINGS[node.target]
+                    ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
+                                  contiguous=_contiguity(node.args))
+                    with tracing(ctx):
+                        result = low.fn(*_schema_args(node.target, args, kwargs))
                 for ok, exc_type, message in ctx.checks:
                     flags.append(ok)
                     found.append((exc_type, message))
@@ -216,7 +234,14 @@ class GraphExecutable:
         start = time.perf_counter()
         found = []
         with profiler.record(f"neuron::compile_graph::{self.name}"):
-            jitted = jax.jit(lambda *xs: self._interpret(geometry, found, *xs))
+            def interpret(*xs):
+                return self._interpret(geometry, found, *xs)
+
+            # The HLO module's name ("jit_" + this) tells graphs apart in XLA's profiler;
+            # derived from the graph's code, it is the same in every process, so the
+            # on-disk cache keeps hitting.
+            interpret.__name__ = "neuron_graph_" + hashlib.sha256(self.gm.code.encode()).hexdigest()[:12]
+            jitted = jax.jit(interpret)
             lowered = jitted.lower(*example)
             if config.DUMP_DIR:
                 self._dump(lowered)

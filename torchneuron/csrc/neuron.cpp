@@ -138,6 +138,9 @@ struct Counter {
 struct DeviceStats {
   Counter bytes;
   Counter blocks;
+  std::atomic<int64_t> ooms{0};
+  // The bytes the device can hold (set from Python when PJRT starts); 0: unknown.
+  std::atomic<uint64_t> capacity{0};
 };
 static DeviceStats g_stats[kMaxDevices];
 
@@ -179,12 +182,21 @@ static void free_block(void* ctx) {
 struct NeuronAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = t_current_device;
+    DeviceStats& s = g_stats[device];
+    // Buffers are made later, by PJRT; a storage the device can never hold fails here,
+    // at the op, as CUDA's allocator does, not at some later synchronization.
+    uint64_t capacity = s.capacity.load();
+    if (capacity && nbytes > capacity) {
+      s.ooms.fetch_add(1);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory on neuron:", static_cast<int>(device),
+                       ": tried to allocate ", static_cast<double>(nbytes) / (1 << 30), " GiB; the device holds ",
+                       static_cast<double>(capacity) / (1 << 30), " GiB in all.");
+    }
     // Every storage, even an empty one, gets a distinct handle so that data_ptr()
     // identifies it (tied-weight detection, the registry key).
     uint64_t span = (std::max<uint64_t>(nbytes, 1) + kAlign - 1) / kAlign * kAlign;
     uint64_t handle = g_next_handle.fetch_add(span);
     auto* block = new Block{handle, nbytes, device};
-    DeviceStats& s = g_stats[device];
     s.bytes.increase(static_cast<int64_t>(nbytes));
     s.blocks.increase(1);
     return {reinterpret_cast<void*>(handle), block, &free_block,
@@ -614,14 +626,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ---------------------------------------------------------------- attention backend
 // F.scaled_dot_product_attention asks this stub which kernel to use on PrivateUse1
 // (without one it always decomposes into the math path). `overrideable` is
-// _scaled_dot_product_fused_attention_overrideable, lowered in ops/nn.py; grouped-query
-// attention with differing head counts needs the math path's head expansion.
+// _scaled_dot_product_fused_attention_overrideable, lowered in ops/nn.py by the blocked
+// kernel, which reads grouped-query heads in place (query head h uses key head
+// h / (Hq / Hk), as enable_gqa defines it; Hk == 1 is the same as broadcasting).
 static int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                                 const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                                 std::optional<double> scale, bool enable_gqa) {
+  // Other shapes (a query batch broadcast against keys, head counts that only fail)
+  // take the math path, which computes or rejects them as CPU does.
   bool rank_ok = query.dim() == 3 || query.dim() == 4;
-  bool gqa = rank_ok && enable_gqa && query.size(-3) != key.size(-3);
-  return static_cast<int64_t>(rank_ok && !gqa ? at::SDPBackend::overrideable : at::SDPBackend::math);
+  if (!rank_ok) return static_cast<int64_t>(at::SDPBackend::math);
+  bool batch_ok = key.size(0) == value.size(0) && (key.size(0) == query.size(0) || key.size(0) == 1);
+  int64_t hq = query.size(-3), hk = key.size(-3);
+  bool heads_ok = query.dim() == 3 ||
+                  (hk == value.size(-3) && (hq == hk || hk == 1 || (enable_gqa && hk > 0 && hq % hk == 0)));
+  return static_cast<int64_t>(batch_ok && heads_ok ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 }  // namespace torchneuron
 
@@ -844,7 +863,7 @@ static py::dict device_stats(int index) {
   for (const char* name : {"allocation", "segment", "active"}) put(name, s.blocks);
   for (const char* name : {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"}) put(name, s.bytes);
   d["num_alloc_retries"] = 0;
-  d["num_ooms"] = 0;
+  d["num_ooms"] = s.ooms.load();
   return d;
 }
 
@@ -894,6 +913,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("python_shutdown", &python_shutdown);
+  m.def("set_capacity", [](int index, uint64_t bytes) {
+    stats_of(static_cast<c10::DeviceIndex>(index)).capacity.store(bytes);
+  });
+  m.def("count_oom", [](int index) { stats_of(static_cast<c10::DeviceIndex>(index)).ooms.fetch_add(1); });
   m.def("set_device_count", [](int n) { g_device_count.store(n); });
   m.def("current_device", []() { return static_cast<int>(t_current_device); });
   m.def("set_device", [](int index) {

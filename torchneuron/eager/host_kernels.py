@@ -101,7 +101,11 @@ def synchronize() -> None:
     with profiler.record("neuron::synchronize"):
         checks.raise_pending()
         for buf in list(storage.buffers.values()):
-            buf.block_until_ready()
+            try:
+                buf.block_until_ready()
+            except jax.errors.JaxRuntimeError as exc:  # an execution failed to allocate
+                storage.raise_if_out_of_memory(exc, next(iter(buf.devices())).id)
+                raise
         jax.effects_barrier()
 
 

@@ -82,6 +82,7 @@ def install() -> None:
     host_kernels._tensor_meta = shim.tensor_meta
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401
+    from ..kernels import grouped_mm  # noqa: F401  (the kernel library's ATen lowerings)
 
     shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, executor.int64_array, executor.run_failed)
     lib = torch.library.Library("aten", "IMPL")

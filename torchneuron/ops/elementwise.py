@@ -413,6 +413,25 @@ def abs_(self):
     return jnp.abs(self).astype(_out())
 
 
+@lowering(aten.angle.default)
+def angle(self):
+    """aten::angle: the argument of a complex number; for real inputs pi where
+    negative, else 0, and NaN where NaN (integers give the default float dtype)."""
+    out = _out()
+    if jnp.iscomplexobj(self):
+        return jnp.angle(self).astype(out)
+    x = cast(self, _compute(out))
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0)).astype(out)
+
+
+@lowering(aten.conj_physical.default)
+def conj_physical(self):
+    """aten::conj_physical: the complex conjugate, materialized (a copy for real
+    inputs). The functional overload is composite in eager; this lowering gives its
+    `out=` and in-place variants."""
+    return jnp.conj(self) if jnp.iscomplexobj(self) else self
+
+
 lowering(aten.sign.default)(_unary_same(jnp.sign))
 lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
 lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))
@@ -653,3 +672,11 @@ def fill(self, value):
 @lowering(aten.zero.default)
 def zero(self):
     return jnp.zeros(self.shape, self.dtype)
+
+
+@lowering(aten._assert_async.msg)
+def assert_async_msg(self, assert_msg):
+    """`aten::_assert_async.msg`: a device-side check that `self` is nonzero; raises
+    RuntimeError(assert_msg) at the op or the next synchronization point, as CUDA does.
+    Decompositions (one_hot's range check) emit it."""
+    context().check(jnp.asarray(self) != 0, RuntimeError, assert_msg)

@@ -208,3 +208,12 @@ def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_m
 def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::triu_indices`: like `tril_indices`, for the upper triangle."""
     return jnp.asarray(_tri_indices(row, col, offset, False)).astype(context().out_dtype())
+
+
+@lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default, eager=False)
+def empty(size, *args, **kwargs):
+    """`aten::empty` and its strided/permuted forms in compiled graphs (decompositions
+    such as zeros_like's and index_add's create them before filling them). Their
+    contents are unspecified; zeros are the cheapest definite value for XLA."""
+    out = context().out()
+    return jnp.zeros(out.shape, out.dtype)

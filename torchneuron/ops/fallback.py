@@ -18,6 +18,7 @@ from torch._decomp import decomposition_table
 from .. import config, profiler
 
 _counts: collections.Counter = collections.Counter()
+_decomposed: collections.Counter = collections.Counter()
 _warned: set = set()
 _local = threading.local()
 
@@ -27,8 +28,15 @@ def fallback_ops() -> dict:
     return dict(_counts)
 
 
+def decomposed_ops() -> dict:
+    """{op name: number of calls} for every op that ran through a `torch._decomp`
+    decomposition (into ops that may be lowered or fall back in turn)."""
+    return dict(_decomposed)
+
+
 def reset() -> None:
     _counts.clear()
+    _decomposed.clear()
 
 
 def _to_cpu(v):
@@ -60,16 +68,60 @@ def _decomposition(op):
     return decomposition_table.get(op)
 
 
+def _out_args(op):
+    return [a for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def _via_functional(op, args, kwargs):
+    """An out= overload computed by its functional overload's decomposition and copied
+    into the out tensors (resized as ATen's out= contract allows), or NotImplemented.
+    Decompositions of out= overloads take the out tensor under its schema name
+    (`grad_input`, ...), which `torch._decomp`'s out wrappers do not all accept; the
+    functional form has no such argument."""
+    from ..eager.executor import functional_counterpart
+
+    outs = _out_args(op)
+    func = functional_counterpart(op) if outs else None
+    decomp = _decomposition(func) if func is not None else None
+    if decomp is None:
+        return NotImplemented
+    fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in outs}}
+    result = _decompose(func, decomp, args, fkwargs)
+    if result is NotImplemented:
+        return NotImplemented
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    targets = [kwargs[a.name] for a in outs]
+    for t, r in zip(targets, results):
+        if t.shape != r.shape:
+            t.resize_(r.shape)
+        t.copy_(r)
+    return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _decompose(op, decomp, args, kwargs):
+    """Runs `op`'s decomposition (marking `op` active on this thread) and counts it;
+    NotImplemented if the decomposition declines."""
+    prev = getattr(_local, "active", None)
+    _local.active = op
+    try:
+        out = decomp(*args, **kwargs)
+    finally:
+        _local.active = prev
+    if out is not NotImplemented:
+        _decomposed[str(op)] += 1
+    return out
+
+
 def run(op: torch._ops.OpOverload, *args, **kwargs):
-    """The PrivateUse1 fallback kernel: decomposition if PyTorch has one, else CPU."""
+    """The PrivateUse1 fallback kernel: decomposition if PyTorch has one (for an out=
+    overload, its functional overload's, copied into the out tensors), else CPU."""
+    if _out_args(op) and all(kwargs.get(a.name) is not None for a in _out_args(op)):
+        out = _via_functional(op, args, kwargs)
+        if out is not NotImplemented:
+            return out
     decomp = _decomposition(op)
     if decomp is not None:
-        prev = getattr(_local, "active", None)
-        _local.active = op
-        try:
-            out = decomp(*args, **kwargs)
-        finally:
-            _local.active = prev
+        out = _decompose(op, decomp, args, kwargs)
         if out is not NotImplemented:
             return out
     with profiler.record(f"neuron::cpu_fallback::{op.name()}"):

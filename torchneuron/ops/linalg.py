@@ -423,3 +423,31 @@ def linalg_solve_triangular(self, B, upper, left=True, unitriangular=False):
     a_shape = shape[:-2] + self.shape[-2:]
     return lax.linalg.triangular_solve(jnp.broadcast_to(self, a_shape), jnp.broadcast_to(B, shape),
                                        left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+def _cholesky_solve(L, B, upper):
+    """X with (L L^H) X = B, or (U^H U) X = B when `upper`, for a batch of factors."""
+    shape = jnp.broadcast_shapes(L.shape[:-2], B.shape[:-2])
+    L = jnp.broadcast_to(L, shape + L.shape[-2:])
+    B = jnp.broadcast_to(B, shape + B.shape[-2:])
+    if upper:  # U^H y = B, then U X = y
+        y = lax.linalg.triangular_solve(L, B, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+        return lax.linalg.triangular_solve(L, y, left_side=True, lower=False)
+    y = lax.linalg.triangular_solve(L, B, left_side=True, lower=True)
+    return lax.linalg.triangular_solve(L, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True)
+
+
+@lowering(aten._cholesky_solve_helper.default)
+def cholesky_solve_helper(self, A, upper):
+    """aten::_cholesky_solve_helper (behind torch.cholesky_solve): X with A A^H X = self
+    for the Cholesky factor A (lower; upper: A^H A); self (*, n, k), A (*, n, n),
+    batch dims already broadcast by the caller."""
+    return _cholesky_solve(A, self, upper)
+
+
+@lowering(aten.cholesky_inverse.default)
+def cholesky_inverse(self, upper=False):
+    """aten::cholesky_inverse: (L L^H)^-1 (upper: (U^H U)^-1) of a batch of Cholesky
+    factors (*, n, n)."""
+    eye = jnp.broadcast_to(jnp.eye(self.shape[-1], dtype=self.dtype), self.shape)
+    return _cholesky_solve(self, eye, upper)

@@ -8,7 +8,6 @@ forward lowering; the others follow ATen's closed-form CPU formulas. Backward op
 take ATen's `output_mask`: a masked-out gradient is returned as None (an undefined
 tensor), as on CPU.
 """
-import math
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ..kernels import attention
 from ._common import acc_type
 from .registry import context, lowering
 
@@ -919,41 +919,8 @@ _linear_lowerings(aten.upsample_trilinear3d.default, aten.upsample_trilinear3d_b
 
 
 # ------------------------------------------------------------------ attention
-def _attention(q, k, v, bias, is_causal, scale, keep, dropout_p):
-    """(out, logsumexp) of softmax(q k^T * scale + bias [+ causal]) v in q's dtype.
-
-    Rows whose scores are all -inf give zeros (ATen's safe softmax), without NaNs in
-    the gradient. `keep` (a bool mask of the probabilities) applies dropout.
-    """
-    s = jnp.einsum("...qd,...kd->...qk", q, k, precision=_HIGHEST) * scale
-    if bias is not None:
-        s = s + bias
-    if is_causal:
-        causal = np.tril(np.ones(s.shape[-2:], bool))
-        s = jnp.where(causal, s, -jnp.inf)
-    m = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    m = jnp.where(jnp.isfinite(m), m, 0)
-    e = jnp.exp(s - m)
-    denom = jnp.sum(e, axis=-1, keepdims=True)
-    p = e / jnp.where(denom == 0, 1, denom)
-    lse = (jnp.log(denom) + m)[..., 0]
-    if keep is not None:
-        p = jnp.where(keep, p / (1 - dropout_p), 0)
-    return jnp.einsum("...qk,...kd->...qd", p, v, precision=_HIGHEST), lse
-
-
-def _dropout_keep(key, shape, dropout_p):
-    if not dropout_p:
-        return None
-    return jax.random.bernoulli(key, 1 - dropout_p, shape)
-
-
-def _sdpa_scale(q, scale):
-    return scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-
-
-def _scores_shape(q, k):
-    return jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+def _sdpa_key(philox_seed, philox_offset):
+    return jax.random.wrap_key_data(jnp.stack([philox_seed, philox_offset]).astype(jnp.uint32))
 
 
 @lowering(aten._scaled_dot_product_fused_attention_overrideable.default, random=True,
@@ -963,14 +930,15 @@ def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False
     """aten::_scaled_dot_product_fused_attention_overrideable, the kernel that
     F.scaled_dot_product_attention reaches on `neuron` (the shim's SDPA backend
     choice): q (*, L, E), k (*, S, E), v (*, S, Ev), float attn_bias broadcastable to
-    (*, L, S) (bool masks arrive converted), top-left causal mask. Returns (out,
-    logsumexp (B, H, L) float32, -, -, L, S, philox_seed, philox_offset, -): the dropout
-    mask's PRNG key travels in the seed/offset tensors for the backward."""
+    (*, L, S) (bool masks arrive converted), top-left causal mask, grouped-query heads.
+    Runs the blocked online-softmax kernel (torchneuron.kernels.attention). Returns
+    (out, logsumexp (B, H, L) float32, -, -, L, S, philox_seed, philox_offset, -): the
+    dropout mask's PRNG key travels in the seed/offset tensors for the backward."""
     ctx = context()
     rng = ctx.rng_key()
-    keep = _dropout_keep(rng, _scores_shape(query, key), dropout_p)
-    out, lse = _attention(_acc(query), _acc(key), _acc(value), None if attn_bias is None else _acc(attn_bias),
-                          is_causal, _sdpa_scale(query, scale), keep, dropout_p)
+    out, lse = attention.forward(_acc(query), _acc(key), _acc(value),
+                                 None if attn_bias is None else _acc(attn_bias), is_causal=is_causal,
+                                 scale=scale, dropout_p=dropout_p, key=rng)
     data = jax.random.key_data(rng).reshape(-1).astype(jnp.int64)
     return (out, lse.reshape(ctx.out(1).shape), None, None, None, None, data[0], data[1], None)
 
@@ -979,23 +947,40 @@ def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False
 def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                         cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
     """aten::_scaled_dot_product_fused_attention_overrideable_backward: (grad_query,
-    grad_key, grad_value, grad_attn_bias) by differentiating the recomputed forward,
-    with the forward's dropout mask regenerated from philox_seed/philox_offset."""
-    keep = None
-    if dropout_p:
-        data = jnp.stack([philox_seed, philox_offset]).astype(jnp.uint32)
-        keep = _dropout_keep(jax.random.wrap_key_data(data), _scores_shape(query, key), dropout_p)
-    sc = _sdpa_scale(query, scale)
-    args = [_acc(query), _acc(key), _acc(value)]
-    if attn_bias is not None:
-        args.append(_acc(attn_bias))
-
-    def forward(q, k, v, b=None):
-        return _attention(q, k, v, b, is_causal, sc, keep, dropout_p)[0]
-
-    _, vjp = jax.vjp(forward, *args)
-    grads = list(vjp(_acc(grad_out))) + [None] * (4 - len(args))
-    # The meta kernel promises every gradient whose input exists, masked or not.
+    grad_key, grad_value, grad_attn_bias), recomputed block by block from the saved
+    logsumexp, with the forward's dropout mask regenerated from philox_seed/offset."""
     ctx = context()
-    return tuple(g if m or g is None else jnp.zeros(ctx.out(i).shape, g.dtype)
-                 for i, (g, m) in enumerate(zip(grads, grad_input_mask)))
+    bias = None if attn_bias is None else _acc(attn_bias)
+    rng = _sdpa_key(philox_seed, philox_offset) if dropout_p else None
+    lse = logsumexp.reshape(ctx.out(0).shape[:-1])
+    if query.dtype == jnp.float64:
+        # The saved logsumexp is float32 (the op's schema); float64 gradients rebuilt
+        # from it would be float32-accurate, so recompute it in float64.
+        _, lse = attention.forward(_acc(query), _acc(key), _acc(value), bias, is_causal=is_causal, scale=scale,
+                                   dropout_p=dropout_p, key=rng)
+    grads = attention.backward(_acc(grad_out), _acc(query), _acc(key), _acc(value), bias, _acc(out),
+                               lse, is_causal=is_causal, scale=scale, dropout_p=dropout_p, key=rng,
+                               bias_grad=bias is not None and bool(grad_input_mask[3]))
+    # The meta kernel promises every gradient whose input exists, masked or not.
+    return tuple(None if i == 3 and attn_bias is None else
+                 g if g is not None else jnp.zeros(ctx.out(i).shape, jnp.float32)
+                 for i, g in enumerate(grads))
+
+
+def _replicate(x, padding):
+    """ATen's replication padding of the last len(padding) // 2 dims (pairs from the
+    last dim; negative pads crop) as a gather of clamped source indices."""
+    for i in range(len(padding) // 2):
+        axis = x.ndim - 1 - i
+        n = x.shape[axis]
+        idx = jnp.clip(jnp.arange(-padding[2 * i], n + padding[2 * i + 1]), 0, n - 1)
+        x = jnp.take(x, idx, axis=axis)
+    return x
+
+
+@lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def replication_pad_backward(grad_output, self, padding):
+    """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
+    edge element collects the gradients of its copies); self's shape and dtype."""
+    return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)

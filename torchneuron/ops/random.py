@@ -330,3 +330,58 @@ def multinomial(self, num_samples, replacement=False, generator=None):
         gumbel = jax.random.gumbel(_key(), rows.shape, rows.dtype)
         draws = lax.top_k(logits + gumbel, num_samples)[1]
     return draws.reshape(ctx.out().shape).astype(jnp.int64)
+
+
+# ------------------------------------------------------------------ factories (compiled graphs)
+# Eager runs PyTorch's composite factories (empty + the in-place op above); AOTAutograd
+# keeps the factory ops in compiled graphs, and decomposes uniform_, normal_,
+# bernoulli, exponential_ and the *_like factories into them.
+@lowering(aten.rand.default, aten.rand.generator, random=True, eager=False)
+def rand(size, *args, **kwargs):
+    """aten::rand: U[0, 1) of `size` in the requested floating dtype."""
+    out = context().out()
+    return _uniform(out.shape, out.dtype)
+
+
+@lowering(aten.randn.default, aten.randn.generator, random=True, eager=False)
+def randn(size, *args, **kwargs):
+    """aten::randn: N(0, 1) of `size` in the requested floating dtype."""
+    out = context().out()
+    return _normal_value(out.shape, out.dtype, 0.0, 1.0)
+
+
+@lowering(aten.randint.low, aten.randint.low_generator, random=True, eager=False)
+def randint_low(low, high, size, *args, **kwargs):
+    """aten::randint.low: integers uniform on [low, high) of `size`."""
+    out = context().out()
+    return _random_range(out.shape, out.dtype, low, high - low)
+
+
+@lowering(aten.randint.default, aten.randint.generator, random=True, eager=False)
+def randint(high, size, *args, **kwargs):
+    """aten::randint: integers uniform on [0, high) of `size`."""
+    return randint_low(0, high, size)
+
+
+@lowering(aten.rand_like.default, random=True, eager=False)
+def rand_like(self, *args, **kwargs):
+    """aten::rand_like: U[0, 1) in self's shape, in the requested floating dtype."""
+    return rand(self.shape)
+
+
+@lowering(aten.randn_like.default, random=True, eager=False)
+def randn_like(self, *args, **kwargs):
+    """aten::randn_like: N(0, 1) in self's shape, in the requested floating dtype."""
+    return randn(self.shape)
+
+
+@lowering(aten.randint_like.low_dtype, random=True, eager=False)
+def randint_like_low(self, low, high, *args, **kwargs):
+    """aten::randint_like.low_dtype: integers uniform on [low, high) in self's shape."""
+    return randint_low(low, high, self.shape)
+
+
+@lowering(aten.randint_like.default, random=True, eager=False)
+def randint_like(self, high, *args, **kwargs):
+    """aten::randint_like: integers uniform on [0, high) in self's shape."""
+    return randint_low(0, high, self.shape)

@@ -230,13 +230,13 @@ def _var(self, dim, correction):
     max(0, N - correction) as in ATen: zero degrees of freedom give inf or NaN."""
     if not is_float(self.dtype):
         raise RuntimeError("std and var only support floating point and complex dtypes")
-    acc = acc_type(context().out_dtype())
+    acc = acc_type(context().out_dtype())  # real: the variance of complex input is real
     axes = _axes(dim, self.ndim)
     n = _count(self.shape, axes)
-    x = self.astype(acc)
-    mean = jnp.sum(x, axis=axes, keepdims=True) / jnp.asarray(n, acc)
+    x = self.astype(acc_type(self.dtype))  # complex input keeps its imaginary part
+    mean = jnp.sum(x, axis=axes, keepdims=True) / n
     d = x - mean
-    m2 = jnp.sum(d * d, axis=axes)
+    m2 = jnp.sum(jnp.real(d * jnp.conj(d)) if jnp.iscomplexobj(d) else d * d, axis=axes)
     c = 1 if correction is None else correction
     divisor = jnp.maximum(jnp.asarray(n, acc) - jnp.asarray(c, acc), jnp.zeros((), acc))
     return m2 / divisor, jnp.squeeze(mean, axis=axes)
@@ -552,3 +552,27 @@ def _register_meta():
 
 
 _meta_lib = _register_meta()
+
+
+@lowering(aten.histc.default, static=("min", "max"))
+def _histc(self, bins=100, min=0, max=0):
+    """`bins` equal-width bins over [min, max] (the data's range when min == max,
+    widened by 1 each side when that is empty too); values outside, and NaN, are not
+    counted; a value equal to max goes to the last bin. Integer inputs are binned as
+    on CUDA (transformers' MoE routing counts expert ids with them off the CPU)."""
+    x = self.reshape(-1)
+    float_input = is_float(self.dtype)
+    lo = jnp.asarray(min, self.dtype)
+    hi = jnp.asarray(max, self.dtype)
+    if min == max and x.size:
+        lo, hi = jnp.min(x), jnp.max(x)
+    lo, hi = jnp.where(lo == hi, lo - 1, lo), jnp.where(lo == hi, hi + 1, hi)
+    inside = (x >= lo) & (x <= hi)
+    if float_input:
+        # CPU's arithmetic: in the input's dtype, truncated toward zero.
+        pos = ((x - lo) * bins / (hi - lo)).astype(jnp.int64)
+    else:
+        pos = (x.astype(jnp.int64) - lo) * bins // (hi - lo).astype(jnp.int64)
+    pos = jnp.where(inside, jnp.minimum(pos, bins - 1), bins)
+    counts = jnp.zeros(bins + 1, self.dtype).at[pos].add(jnp.ones_like(x, self.dtype))
+    return counts[:bins]

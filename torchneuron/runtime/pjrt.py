@@ -37,7 +37,24 @@ def devices():
     global _init_pid
     found = tuple(jax.devices(config.PLATFORM) if config.PLATFORM else jax.devices())
     _init_pid = os.getpid()
+    from .. import _extension
+
+    shim = _extension.load()
+    for index, d in enumerate(found):
+        shim.set_capacity(index, capacity(d))
     return found
+
+
+def capacity(d) -> int:
+    """The bytes PJRT device `d` can hold: its allocator's limit where the plugin
+    reports one, the host's physical memory for XLA:CPU, 0 if unknown."""
+    try:
+        limit = int((d.memory_stats() or {}).get("bytes_limit", 0))
+    except Exception:  # noqa: BLE001 - some PJRT plugins do not implement memory_stats
+        limit = 0
+    if not limit and d.platform == "cpu":
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return limit
 
 
 def in_bad_fork() -> bool:

@@ -44,11 +44,15 @@ def raise_if_out_of_memory(exc: Exception, device_index: int) -> None:
     """Raises `torch.OutOfMemoryError` (from `exc`) if `exc` is PJRT's failed
     allocation (RESOURCE_EXHAUSTED); returns otherwise. Callers raise it before storing
     any result, so other tensors are untouched and the process keeps working."""
-    if "RESOURCE_EXHAUSTED" in str(exc):
-        raise _oom(device_index, str(exc)) from exc
+    message = str(exc)
+    if "RESOURCE_EXHAUSTED" in message or "out of memory" in message.lower():
+        raise _oom(device_index, message) from exc
 
 
 def _oom(device_index: int, detail: str) -> torch.OutOfMemoryError:
+    from .. import _extension
+
+    _extension.load().count_oom(device_index)
     held = live_bytes() / 2**30
     return torch.OutOfMemoryError(
         f"neuron out of memory on neuron:{device_index}: {detail.strip()} "

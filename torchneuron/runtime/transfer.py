@@ -49,7 +49,11 @@ def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
             flat = buf
         else:
             flat = _read_view(buf, jdt, tuple(shape), tuple(stride), offset)
-        host = np.asarray(jax.device_get(flat)).reshape(shape)
+        try:
+            host = np.asarray(jax.device_get(flat)).reshape(shape)
+        except jax.errors.JaxRuntimeError as exc:  # its execution failed to allocate
+            storage.raise_if_out_of_memory(exc, index)
+            raise
     metrics.count("bytes_device_to_host", host.nbytes)
     return host
 

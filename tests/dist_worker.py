@@ -1,0 +1,425 @@
+"""One rank of the multi-process tests of tests/test_distributed.py, launched by torchrun.
+
+    torchrun --standalone --nproc-per-node 2 tests/dist_worker.py OUT_DIR SCENARIO...
+
+Runs each scenario in turn on the default process group (backend `neuron`) and writes
+OUT_DIR/rank<r>.json: {"scenarios": {name: "ok" or the failure's traceback}, "seconds":
+{name: wall time}, "fallback": the ops that ran through the CPU fallback}.
+Expected values are computed by hand from the ranks' inputs (or, for training, by one
+process on the CPU). A failing scenario does not stop the others.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torchneuron  # noqa: E402
+
+DEV = torch.device("neuron")
+SCENARIOS = {}
+
+
+def scenario(fn):
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def _rank_world():
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _close(actual, expected, **kw):
+    assert actual.device.type == expected.device.type or actual.device.type == "neuron", actual.device
+    assert_close(actual.cpu(), expected.cpu() if isinstance(expected, torch.Tensor) else expected, **kw)
+
+
+def _value(rank, n=4, dtype=torch.float32):
+    """Rank r's input: [r*10 + 1, r*10 + 2, ...]."""
+    return torch.arange(1, n + 1, dtype=dtype) + 10 * rank
+
+
+@scenario
+def all_reduce():
+    rank, world = _rank_world()
+    inputs = [_value(r) for r in range(world)]
+    stacked = torch.stack(inputs)
+    expected = {
+        dist.ReduceOp.SUM: stacked.sum(0), dist.ReduceOp.AVG: stacked.mean(0),
+        dist.ReduceOp.MIN: stacked.min(0).values, dist.ReduceOp.MAX: stacked.max(0).values,
+        dist.ReduceOp.PRODUCT: stacked.prod(0),
+    }
+    for op, want in expected.items():
+        t = inputs[rank].to(DEV)
+        dist.all_reduce(t, op=op)
+        _close(t, want)
+    for dtype in (torch.int64, torch.int32, torch.float16, torch.bfloat16, torch.float64):
+        t = _value(rank, dtype=dtype).to(DEV)
+        dist.all_reduce(t)
+        _close(t, torch.stack([_value(r, dtype=dtype) for r in range(world)]).sum(0, dtype=dtype))
+    # In place into a strided view: only the viewed column of the base changes.
+    base = torch.zeros(4, 3, device=DEV)
+    column = base[:, 1]
+    column.copy_(inputs[rank].to(DEV))
+    dist.all_reduce(column)
+    want = torch.zeros(4, 3)
+    want[:, 1] = stacked.sum(0)
+    _close(base, want)
+    # Async handle: the result is there after wait().
+    t = inputs[rank].to(DEV)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait()
+    _close(t, stacked.sum(0))
+    # CPU tensors go through the same process group.
+    c = inputs[rank].clone()
+    dist.all_reduce(c)
+    _close(c, stacked.sum(0))
+
+
+@scenario
+def all_gather():
+    rank, world = _rank_world()
+    mine = _value(rank, 3).to(DEV)
+    outs = [torch.empty(3, device=DEV) for _ in range(world)]
+    dist.all_gather(outs, mine)
+    for r in range(world):
+        _close(outs[r], _value(r, 3))
+    flat = torch.empty(world * 3, device=DEV)
+    dist.all_gather_into_tensor(flat, mine)
+    _close(flat, torch.cat([_value(r, 3) for r in range(world)]))
+    stacked = torch.empty(world, 3, device=DEV)
+    dist.all_gather_into_tensor(stacked, mine)
+    _close(stacked, torch.stack([_value(r, 3) for r in range(world)]))
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": r} for r in range(world)], objs
+
+
+@scenario
+def reduce_scatter():
+    rank, world = _rank_world()
+    # Rank r's chunk j is [r, r, j, j] + 1.
+    chunks = lambda r: [torch.tensor([r, r, j, j], dtype=torch.float32) + 1 for j in range(world)]  # noqa: E731
+    want = sum(chunks(r)[rank] for r in range(world))
+    out = torch.empty(4, device=DEV)
+    dist.reduce_scatter(out, [c.to(DEV) for c in chunks(rank)])
+    _close(out, want)
+    out = torch.empty(4, device=DEV)
+    dist.reduce_scatter_tensor(out, torch.cat(chunks(rank)).to(DEV))
+    _close(out, want)
+    dist.reduce_scatter_tensor(out, torch.cat(chunks(rank)).to(DEV), op=dist.ReduceOp.AVG)
+    _close(out, want / world)
+
+
+@scenario
+def broadcast_reduce_gather_scatter():
+    rank, world = _rank_world()
+    root = world - 1
+    t = _value(rank).to(DEV)
+    dist.broadcast(t, src=root)
+    _close(t, _value(root))
+    t = _value(rank).to(DEV)
+    dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
+    if rank == root:
+        _close(t, sum(_value(r) for r in range(world)))
+    gathered = [torch.empty(4, device=DEV) for _ in range(world)] if rank == root else None
+    dist.gather(_value(rank).to(DEV), gathered, dst=root)
+    if rank == root:
+        for r in range(world):
+            _close(gathered[r], _value(r))
+    out = torch.empty(4, device=DEV)
+    pieces = [_value(100 + r).to(DEV) for r in range(world)] if rank == root else None
+    dist.scatter(out, pieces, src=root)
+    _close(out, _value(100 + rank))
+    objs = [f"from {rank}", rank] if rank == root else [None, None]
+    dist.broadcast_object_list(objs, src=root)
+    assert objs == [f"from {root}", root], objs
+    dist.barrier()
+
+
+@scenario
+def all_to_all():
+    rank, world = _rank_world()
+    # Rank r sends [r, j] to rank j.
+    ins = [torch.tensor([rank, j], dtype=torch.float32).to(DEV) for j in range(world)]
+    outs = [torch.empty(2, device=DEV) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    for j in range(world):
+        _close(outs[j], torch.tensor([j, rank], dtype=torch.float32))
+    out = torch.empty(2 * world, device=DEV)
+    dist.all_to_all_single(out, torch.cat(ins))
+    _close(out, torch.cat([torch.tensor([j, rank], dtype=torch.float32) for j in range(world)]))
+    # Uneven splits: rank r sends j + 1 copies of r to rank j.
+    send = torch.cat([torch.full((j + 1,), float(rank)) for j in range(world)]).to(DEV)
+    recv = torch.empty(world * (rank + 1), device=DEV)
+    dist.all_to_all_single(recv, send, output_split_sizes=[rank + 1] * world,
+                           input_split_sizes=[j + 1 for j in range(world)])
+    _close(recv, torch.cat([torch.full((rank + 1,), float(j)) for j in range(world)]))
+
+
+@scenario
+def point_to_point():
+    rank, world = _rank_world()
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    if rank == 0:
+        dist.send(_value(7).to(DEV), dst=1)
+    elif rank == 1:
+        got = torch.empty(4, device=DEV)
+        dist.recv(got, src=0)
+        _close(got, _value(7))
+    # A ring with isend/irecv: everyone sends first, then receives.
+    got = torch.empty(4, device=DEV)
+    send = dist.isend(_value(rank).to(DEV), dst=nxt)
+    recv = dist.irecv(got, src=prev)
+    send.wait()
+    recv.wait()
+    _close(got, _value(prev))
+    got = torch.zeros(2, 4, device=DEV)
+    ops = [dist.P2POp(dist.isend, _value(rank).to(DEV), nxt),
+           dist.P2POp(dist.irecv, got[1], prev)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    _close(got, torch.stack([torch.zeros(4), _value(prev)]))
+
+
+@scenario
+def coalesced():
+    rank, world = _rank_world()
+    a, b = _value(rank).to(DEV), _value(rank, 2, torch.float64).to(DEV)
+    with dist._coalescing_manager(device=DEV, async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    cm.wait()
+    _close(a, sum(_value(r) for r in range(world)))
+    _close(b, sum(_value(r, 2, torch.float64) for r in range(world)))
+    outs = [torch.empty(world * 3, device=DEV), torch.empty(world * 2, device=DEV)]
+    with dist._coalescing_manager(device=DEV):
+        dist.all_gather_into_tensor(outs[0], _value(rank, 3).to(DEV))
+        dist.all_gather_into_tensor(outs[1], _value(rank, 2).to(DEV))
+    _close(outs[0], torch.cat([_value(r, 3) for r in range(world)]))
+    _close(outs[1], torch.cat([_value(r, 2) for r in range(world)]))
+    outs = [torch.empty(2, device=DEV), torch.empty(1, device=DEV)]
+    with dist._coalescing_manager(device=DEV):
+        dist.reduce_scatter_tensor(outs[0], torch.ones(2 * world, device=DEV))
+        dist.reduce_scatter_tensor(outs[1], torch.ones(world, device=DEV))
+    _close(outs[0], torch.full((2,), float(world)))
+    _close(outs[1], torch.full((1,), float(world)))
+
+
+@scenario
+def functional_collectives():
+    import torch.distributed._functional_collectives as funcol
+
+    rank, world = _rank_world()
+    group = dist.group.WORLD
+    x = _value(rank).to(DEV)
+    _close(funcol.all_reduce(x, "sum", group), sum(_value(r) for r in range(world)))
+    _close(funcol.all_gather_tensor(x, 0, group), torch.cat([_value(r) for r in range(world)]))
+    big = torch.arange(4 * world, dtype=torch.float32).to(DEV)
+    _close(funcol.reduce_scatter_tensor(big, "sum", 0, group),
+           torch.arange(4 * world, dtype=torch.float32)[rank * 4:(rank + 1) * 4] * world)
+    _close(funcol.all_to_all_single(big, None, None, group),
+           torch.cat([torch.arange(4 * world, dtype=torch.float32)[rank * 4:(rank + 1) * 4]] * world))
+    _close(x, _value(rank))  # functional: the input is unchanged
+
+
+@scenario
+def compiled_functional_collectives():
+    import torch.distributed._functional_collectives as funcol
+
+    rank, world = _rank_world()
+    group = dist.group.WORLD
+
+    def step(x, w):
+        h = funcol.all_reduce(x @ w, "sum", group)
+        g = funcol.all_gather_tensor(torch.relu(h), 0, group)
+        return g.sum(0) * 2
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))
+    w = torch.randn(4, 5, generator=torch.Generator().manual_seed(99))
+    xs = [torch.randn(3, 4, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    h = torch.relu(sum(xr @ w for xr in xs))
+    want = torch.cat([h] * world).sum(0) * 2
+    compiled = torch.compile(step, backend="neuron")
+    _close(compiled(x.to(DEV), w.to(DEV)), want, atol=1e-4, rtol=1e-4)
+
+
+@scenario
+def mismatch_raises():
+    rank, world = _rank_world()
+    for t in (torch.ones(3 + rank, device=DEV),
+              torch.ones(3, device=DEV, dtype=torch.float32 if rank == 0 else torch.int32)):
+        try:
+            dist.all_reduce(t)
+        except ValueError as e:
+            assert "mismatched collective" in str(e), e
+        else:
+            raise AssertionError(f"no error for a mismatched all_reduce of {t.dtype}{list(t.shape)}")
+    t = torch.ones(3, device=DEV)
+    dist.all_reduce(t)  # the group still works afterwards
+    _close(t, torch.full((3,), float(world)))
+
+
+@scenario
+def dtensor():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    rank, world = _rank_world()
+    mesh = init_device_mesh("neuron", (world,))
+    assert mesh.device_type == "neuron"
+    full = torch.arange(4 * world * 3, dtype=torch.float32).view(4 * world, 3)
+    d = distribute_tensor(full.to(DEV), mesh, [Shard(0)])
+    _close(d.to_local(), full[rank * 4:(rank + 1) * 4])
+    _close(d.full_tensor(), full)
+    w = torch.randn(3, 2, generator=torch.Generator().manual_seed(5))
+    y = d @ distribute_tensor(w.to(DEV), mesh, [Replicate()])
+    _close(y.redistribute(mesh, [Replicate()]).to_local(), full @ w, atol=1e-5, rtol=1e-5)
+    _close(d.sum().full_tensor(), full.sum())
+
+
+@scenario
+def ddp_features():
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.checkpoint import checkpoint
+
+    rank, world = _rank_world()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(6, 8)
+            self.b = torch.nn.Linear(8, 2)
+            self.unused = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            # Activation checkpointing of the first layer (recomputed in backward).
+            return self.b(checkpoint(lambda t: torch.tanh(self.a(t)), x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    ref = Net()
+    data = torch.randn(3, 2 * world, 6, generator=torch.Generator().manual_seed(1))
+    net = Net().to(DEV)
+    net.load_state_dict(ref.state_dict())
+    # A tiny bucket cap makes every parameter its own bucket.
+    ddp = DistributedDataParallel(net, find_unused_parameters=True, bucket_cap_mb=1e-4)
+    mine = slice(2 * rank, 2 * rank + 2)
+    with ddp.no_sync():  # accumulates locally, no all-reduce
+        ddp(data[0, mine].to(DEV)).sum().backward()
+    local = net.a.weight.grad.cpu()
+    ddp(data[1, mine].to(DEV)).sum().backward()  # all-reduces the accumulated gradients
+    for x in data[:2]:
+        ref(x).sum().backward()
+    for p_ref, p in zip(ref.parameters(), net.parameters()):
+        if p_ref.grad is None:
+            assert p.grad is None
+            continue
+        _close(p.grad, p_ref.grad / world, atol=1e-5, rtol=1e-5)
+    ref_local = torch.autograd.grad(ref(data[0, mine]).sum(), ref.a.weight)[0]
+    _close(local, ref_local, atol=1e-5, rtol=1e-5)
+
+
+def _gpt_losses(parallel, steps=10):
+    from examples.gpt import train_dist
+
+    config = train_dist.DistConfig(parallel=parallel, steps=steps, batch_size=4, seq_len=16,
+                                   n_layer=1, d_model=32)
+    model = train_dist.build_model(config, DEV)
+    losses = train_dist.train(config, model, DEV)
+    return config, model, losses
+
+
+def _check_gpt(parallel):
+    from examples.gpt import train_dist
+
+    config, model, losses = _gpt_losses(parallel)
+    want = train_dist.train_single(config, torch.device("cpu"))
+    assert len(losses) == len(want) == 10
+    _close(torch.tensor(losses), torch.tensor(want), atol=2e-4, rtol=2e-4)
+    return model
+
+
+@scenario
+def gpt_ddp():
+    _check_gpt("ddp")
+
+
+@scenario
+def gpt_fsdp2_and_checkpoint():
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.tensor import DTensor
+
+    from examples.gpt import train_dist
+
+    model = _check_gpt("fsdp")
+    # FSDP2 frees the unsharded parameters after forward and backward.
+    some = next(model.blocks[0].parameters())
+    assert isinstance(some, DTensor), type(some)
+    state = get_model_state_dict(model)
+    full = {k: v.full_tensor().cpu() for k, v in state.items()}
+    path = os.path.join(os.environ["DIST_TEST_DIR"], "dcp")
+    dcp.save(state, checkpoint_id=path)
+    config = train_dist.DistConfig(parallel="fsdp", batch_size=4, seq_len=16, n_layer=1, d_model=32,
+                                   seed=123)
+    fresh = train_dist.build_model(config, DEV)
+    fresh_state = get_model_state_dict(fresh)
+    assert not torch.equal(next(iter(fresh_state.values())).full_tensor().cpu(), next(iter(full.values())))
+    dcp.load(fresh_state, checkpoint_id=path)
+    set_model_state_dict(fresh, fresh_state)
+    for k, v in get_model_state_dict(fresh).items():
+        _close(v.full_tensor(), full[k])
+
+
+@scenario
+def gpt_tp():
+    _check_gpt("tp")
+
+
+@scenario
+def dead_rank():
+    rank, world = _rank_world()
+    if rank == world - 1:
+        os._exit(0)  # leaves without a word: the others must not hang
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4, device=DEV))
+    except Exception as e:  # gloo's DistBackendError (a RuntimeError)
+        elapsed = time.monotonic() - start
+        assert isinstance(e, RuntimeError), type(e)
+        assert elapsed < float(os.environ["DIST_TEST_TIMEOUT"]) + 15, elapsed
+        return
+    raise AssertionError("all_reduce with a dead rank returned")
+
+
+def main(out_dir: str, names) -> None:
+    timeout = datetime.timedelta(seconds=float(os.environ.get("DIST_TEST_TIMEOUT", "60")))
+    dist.init_process_group("neuron", timeout=timeout)
+    rank = dist.get_rank()
+    results, seconds = {}, {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            SCENARIOS[name]()
+            results[name] = "ok"
+        except Exception:  # reported per scenario; the test prints it
+            results[name] = traceback.format_exc()
+        seconds[name] = round(time.perf_counter() - start, 2)
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"scenarios": results, "seconds": seconds,
+                       "fallback": torchneuron.fallback_ops()}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

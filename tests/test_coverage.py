@@ -1,0 +1,67 @@
+"""The coverage harness itself: it must catch mismatches and fallbacks, judge expected
+failures strictly, classify core ATen overloads, and write the report."""
+import copy
+
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+from torchneuron.coverage import core_aten, expected, opinfo, report
+from torchneuron.coverage.outcome import DECOMPOSED, FAILING, FALLBACK, NATIVE, Outcome
+
+
+def _opinfo(name):
+    return next(op for op in op_db if op.name == name and not op.variant_test_name)
+
+
+def test_forward_match_is_native():
+    assert opinfo.run_check(_opinfo("exp"), torch.float32, "forward", 1).status == NATIVE
+
+
+def test_mismatch_on_neuron_is_failing():
+    op = copy.copy(_opinfo("exp"))
+    op.op = lambda x, **kw: torch.exp(x) + (x.device.type == "neuron")
+    outcome = opinfo.run_check(op, torch.float32, "forward", 1)
+    assert outcome.status == FAILING and "Tensor-likes are not close" in outcome.reason
+
+
+_lib = torch.library.Library("covtest", "DEF")
+_lib.define("twice(Tensor x) -> Tensor")
+_lib.impl("twice", lambda x: x * 2, "CPU")  # no neuron kernel: the CPU fallback runs it
+
+
+def test_cpu_fallback_is_recorded_and_fails_unless_listed():
+    op = copy.copy(_opinfo("exp"))
+    op.op = lambda x, **kw: torch.ops.covtest.twice(x)
+    outcome = opinfo.run_check(op, torch.float32, "forward", 1)
+    assert outcome.status == FALLBACK and "covtest.twice.default" in outcome.fallbacks
+    assert expected.judge(outcome, "exp", "forward", torch.float32)[0] == "fail"
+
+
+def test_expected_failures_are_strict(monkeypatch):
+    monkeypatch.setitem(expected.EXPECTED_FAILURES, ("exp", "forward", "*"), "a reason")
+    assert expected.judge(Outcome(FAILING, "boom"), "exp", "forward", torch.float32) == ("xfail", "a reason")
+    assert expected.judge(Outcome(NATIVE), "exp", "forward", torch.float32)[0] == "xpass"
+    assert expected.judge(Outcome(DECOMPOSED), "exp", "backward", torch.float32) == ("pass", "")
+
+
+def test_core_aten_classification():
+    by_op = {c["op"]: c["status"] for c in core_aten.report()}
+    assert len(by_op) > 150
+    assert by_op["aten.add.Tensor"] == core_aten.NATIVE
+    assert all(s in (core_aten.NATIVE, core_aten.DECOMPOSED, core_aten.FALLBACK) for s in by_op.values())
+
+
+def test_report_totals_and_markdown():
+    recs = [
+        {"name": "exp", "check": "forward", "dtype": "float32", **Outcome(NATIVE, samples=1).as_dict()},
+        {"name": "histc", "check": "forward", "dtype": "float32",
+         **Outcome(FALLBACK, samples=1, fallbacks={"aten.histc.default": 1}).as_dict()},
+    ]
+    core = [{"op": "aten.add.Tensor", "status": "native", "how": "lowering"}]
+    meta = {"command": "c", "date": "d", "platform": "p", "torch": "t", "jax": "j", "seconds": 1.0,
+            "samples_per_case": 1, "cases_planned": {"opinfo": 2}, "cases_run": {"opinfo": 2}, "case_seconds": 1}
+    rep = report.build(report._judged(recs), [], core, meta)
+    fwd = rep["totals"]["opinfo"]["forward"]
+    assert (fwd["pairs"], fwd["pass_no_fallback"], fwd["pass_rate"]) == (2, 1, 0.5)
+    md = report.markdown(rep)
+    assert "1/2 (50.0%)" in md and "| histc | forward | float32 | fail | CPU fallback: aten.histc.default |" in md

@@ -1,0 +1,62 @@
+"""A fixed sample of the model sweep (torchneuron/sweep) in the default test run.
+
+Ten small models, five per suite, go through the real worker's stages (build on the
+CPU, move to neuron, forward, backward, compiled forward, each compared with the CPU)
+and their stage results are asserted. The full sweep is one command:
+``python -m torchneuron sweep --suite all --jobs 1`` (see the README).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchneuron.sweep import runner, worker
+
+PASS = ("pass",) * 4
+
+# model -> expected (load, forward, backward, compile) statuses; where one is not
+# "pass", the comment gives the reason.
+SAMPLE = {
+    "transformers/bert": PASS,
+    "transformers/gpt2": PASS,
+    "transformers/t5": PASS,
+    "transformers/llama": PASS,
+    "transformers/vit": PASS,
+    # timm's own test-sized variants of five families (quick to compile).
+    "timm/test_resnet": PASS,
+    "timm/test_efficientnet": PASS,
+    "timm/test_vit": PASS,
+    "timm/test_convnext": PASS,
+    "timm/test_nfnet": PASS,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE))
+def test_sample_model(name):
+    # In-process: the worker function itself, without the subprocess's start-up cost.
+    result = worker.run_model(name)
+    assert result["covered"], result.get("reason")
+    statuses = tuple(result["stages"][s]["status"] for s in worker.STAGES)
+    assert statuses == SAMPLE[name], json.dumps(result["stages"], indent=1)
+    for stage in worker.STAGES:
+        assert result["stages"][stage]["time_s"] >= 0
+
+
+def test_runner_isolates_a_hung_model(tmp_path):
+    # A worker over its time limit is killed; the result says which stage it was in.
+    result = runner.run_one("timm/test_resnet", timeout_s=1.0)
+    # Killed in the CPU reference run (not covered) or in a neuron stage (that stage
+    # errs with a Timeout and no later stage ran), depending on how fast the machine is.
+    if result["covered"]:
+        stages = list(result["stages"].values())
+        assert stages[-1].get("error_type") == "Timeout", result
+        assert all(s["status"] == "pass" for s in stages[:-1]), result
+    else:
+        assert result["reason"].startswith("Timeout"), result
+    out = tmp_path / "results.json"
+    results = runner.sweep(names=["timm/test_vit"], out=str(out), timeout_s=300, progress=False)
+    assert runner.summary(results["models"]["timm/test_vit"]) == "pass/pass/pass/pass"
+    # Resumable: a second run finds the model in the file and runs nothing.
+    again = runner.sweep(names=["timm/test_vit"], out=str(out), timeout_s=0.001, progress=False)
+    assert again["models"] == results["models"]

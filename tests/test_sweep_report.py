@@ -1,0 +1,103 @@
+"""The sweep report: its aggregates from a small hand-made results file, and the page
+loaded in a real headless browser (Debian's chromium; scripts/install_chromium.sh)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from torchneuron.sweep import report
+
+STAGES = ("load", "forward", "backward", "compile")
+
+
+def _model(name, statuses, fallbacks=None, error=None):
+    stages = {s: {"status": st, "time_s": 1.0} for s, st in zip(STAGES, statuses)}
+    for stage, ops in (fallbacks or {}).items():
+        stages[stage]["fallbacks"] = ops
+    if error:
+        stage, kind, where = error
+        stages[stage].update(error_type=kind, error="boom <b>", where=where)
+    return {"model": name, "covered": True, "params": 1000, "stages": stages}
+
+
+RESULTS = {
+    "meta": {"updated": "2026-01-01T00:00:00+00:00", "seed": 0, "timeout_s": 180,
+             "versions": {"torch": "2.14.1"}},
+    "models": {m["model"]: m for m in [
+        _model("timm/a", ["pass"] * 4),
+        _model("timm/b", ["pass", "fallback", "fallback", "pass"],
+               fallbacks={"forward": {"aten::foo": 2}, "backward": {"aten::foo": 1, "aten::bar": 1}}),
+        _model("transformers/c", ["pass", "pass", "mismatch", "error"],
+               error=("compile", "NotImplementedError", "compile/graph.py:10")),
+        _model("transformers/d", ["pass", "fallback", "pass", "fallback"],
+               fallbacks={"forward": {"aten::foo": 1}, "compile": {"aten::baz": 1}}),
+        {"model": "transformers/e", "covered": False, "stages": {}, "reason": "ValueError: no"},
+    ]},
+}
+
+
+def test_aggregates_match_hand_counts():
+    counts = report.stage_counts(RESULTS)
+    assert counts["forward"] == {"pass": 2, "fallback": 2}
+    assert counts["backward"] == {"pass": 2, "fallback": 1, "mismatch": 1}
+    assert counts["compile"] == {"pass": 2, "error": 1, "fallback": 1}
+    # Forward and backward both pass with no fallback: timm/a only, of 4 covered.
+    assert report.rates(RESULTS) == {"covered": 4, "not_covered": 1, "eager": 0.25, "compiled": 0.5}
+    assert report.rates(RESULTS, "timm")["eager"] == 0.5
+    ops = report.blocking_ops(RESULTS)
+    assert ops[0] == ("aten::foo", 2, ["timm/b", "transformers/d"])
+    assert {op for op, _, _ in ops} == {"aten::foo", "aten::bar", "aten::baz"}
+    failures = report.failure_classes(RESULTS)
+    assert ("compile", "NotImplementedError", "compile/graph.py:10", 1, ["transformers/c"]) in failures
+
+
+def test_page_escapes_messages():
+    page = report.render_html(RESULTS)
+    assert "boom &lt;b&gt;" in page and "boom <b>" not in page
+    assert page.count('<td class="pass">pass</td>') == 4 + 2 + 2 + 2
+
+
+# Runs after the page loads: records whether the chart decoded and any script error.
+_PROBE = """<script>
+window.addEventListener("error", e => document.body.dataset.jsError = String(e.message));
+window.addEventListener("load", () => {
+  const img = document.getElementById("chart");
+  document.body.dataset.chart = img.complete && img.naturalWidth > 0 ? "loaded" : "broken";
+  document.body.dataset.rows = document.querySelectorAll("table tr").length;
+});
+</script></body>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium missing: run scripts/install_chromium.sh")
+def test_report_renders_in_headless_chromium(tmp_path):
+    page = tmp_path / "report.html"
+    # The real CLI renders the page from a results file.
+    results = tmp_path / "results.json"
+    results.write_text(__import__("json").dumps(RESULTS))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-m", "torchneuron", "report", "--results", str(results), "--out", str(page)],
+                   check=True, env=env, capture_output=True, timeout=120)
+    page.write_text(page.read_text().replace("</body>", _PROBE))
+    proc = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", proc.stdout)
+    assert body, proc.stdout[:2000]
+    assert 'data-chart="loaded"' in body.group(1), body.group(1)
+    assert "data-js-error" not in body.group(1), body.group(1)
+    # Table rows with headers: summary 1+3 (timm, transformers, all), operators 1+3,
+    # failures 1+2, models 1+4, not covered 1+1.
+    assert 'data-rows="18"' in body.group(1), body.group(1)
+    # Chromium logs every console message as "...:CONSOLE:<line>] ..." (script errors
+    # included); the page itself logs nothing.
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console

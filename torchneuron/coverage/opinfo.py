@@ -1,0 +1,228 @@
+"""One OpInfo (`torch.testing._internal.common_methods_invocations.op_db`) checked on
+`neuron` against CPU PyTorch, per dtype and per check:
+
+- ``forward``: each sample's result equals CPU's (after the sample's
+  ``output_process_fn_grad``, as PyTorch's own ``test_compare_cpu`` does);
+- ``noncontiguous``: the same with the sample's non-contiguous copy on `neuron`;
+- ``backward``: the gradients of every input that requires grad equal CPU's, for the
+  same random output gradients;
+- ``out``: ``op(..., out=t)`` writes into and returns the given tensors;
+- ``inplace``: the in-place variant returns and updates its first argument, or raises
+  the exception type CPU raises.
+
+Tolerances are torch.testing's defaults for the dtype, widened to the OpInfo's own
+``toleranceOverride``/``precisionOverride`` decorators for that dtype when it has any.
+Each check returns an `Outcome`; none raises.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional, Tuple
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from . import expected
+from .outcome import Outcome, Recorder, describe, to_cpu, to_device
+
+DEVICE = "neuron"
+CHECKS = ("forward", "noncontiguous", "backward", "out", "inplace")
+
+
+def check_names(op) -> Tuple[str, ...]:
+    """The checks that apply to `op` (backward needs autograd, out= and in-place variants)."""
+    names = ["forward", "noncontiguous"]
+    if op.supports_autograd:
+        names.append("backward")
+    if op.supports_out:
+        names.append("out")
+    if op.inplace_variant is not None:
+        names.append("inplace")
+    return tuple(names)
+
+
+def dtypes_for(op, check: str):
+    """The dtypes CPU PyTorch supports for `op` (its backward dtypes for ``backward``)."""
+    if check == "backward":
+        return sorted(op.supported_backward_dtypes("cpu"), key=str)
+    return sorted(op.supported_dtypes("cpu"), key=str)
+
+
+def tolerances(op, dtype) -> Tuple[Optional[float], Optional[float]]:
+    """(atol, rtol): the OpInfo's widest override for `dtype`, or (None, None) for
+    torch.testing's defaults."""
+    atol = rtol = None
+    for info in op.decorators:
+        for dec in getattr(info, "decorators", [info]):
+            tol = getattr(dec, "d", None)
+            if not isinstance(tol, dict) or dtype not in tol:
+                continue
+            value = tol[dtype]
+            a, r = (value.atol, value.rtol) if hasattr(value, "atol") else (value, 0.0)
+            atol, rtol = max(atol or 0.0, a), max(rtol or 0.0, r)
+    if atol is None:
+        return None, None
+    default_rtol, default_atol = torch.testing._comparison.default_tolerances(dtype)
+    return max(atol, default_atol), max(rtol, default_rtol)
+
+
+def _samples(op, dtype, requires_grad: bool, limit: Optional[int]) -> Iterator:
+    for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=requires_grad)):
+        if limit is not None and i >= limit:
+            return
+        yield sample
+
+
+def _call(fn, sample, **extra):
+    return fn(sample.input, *sample.args, **sample.kwargs, **extra)
+
+
+def _compare(actual, want, op, dtype, values: bool = True) -> None:
+    actual = to_cpu(actual)
+    if not values:  # random or uninitialized results: metadata only
+        flat_a, spec_a = tree_flatten(actual)
+        flat_e, spec_e = tree_flatten(want)
+        assert spec_a == spec_e, f"output structure {spec_a} != CPU's {spec_e}"
+        for a, e in zip(flat_a, flat_e):
+            if isinstance(e, torch.Tensor):
+                assert (a.shape, a.dtype) == (e.shape, e.dtype), f"{a.shape} {a.dtype} != CPU's {e.shape} {e.dtype}"
+        return
+    atol, rtol = tolerances(op, dtype)
+    torch.testing.assert_close(actual, want, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _run(op, dtype, limit, body) -> Outcome:
+    rec = Recorder()
+    n = 0
+    try:
+        for sample in _samples(op, dtype, False, limit):
+            n += body(sample, rec)
+    except Exception as exc:  # noqa: BLE001 - any error is the outcome being measured
+        return rec.outcome(n, f"sample {n}: {describe(exc)}")
+    return rec.outcome(n)
+
+
+def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
+    values = not expected.values_not_compared(op)
+
+    def body(sample, rec):
+        try:
+            want = sample.output_process_fn_grad(_call(op, sample))
+        except Exception:  # noqa: BLE001 - CPU rejects the sample: not a forward case
+            return 0
+        dev = to_device(sample, DEVICE)
+        if noncontiguous:  # made on the device: a copy to it would come out contiguous
+            dev = dev.noncontiguous()
+        with rec.watch():
+            got = dev.output_process_fn_grad(_call(op, dev))
+            got = to_cpu(got)
+        _compare(got, want, op, dtype, values)
+        return 1
+
+    return _run(op, dtype, limit, body)
+
+
+def _grad_outputs(outputs, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in outputs]
+
+
+def _backward(op, dtype, limit) -> Outcome:
+    rec = Recorder()
+    n = 0
+    try:
+        for sample in _samples(op, dtype, True, limit):
+            leaves = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+                      if isinstance(t, torch.Tensor) and t.requires_grad]
+            try:
+                outs = [t for t in tree_flatten(sample.output_process_fn_grad(_call(op, sample)))[0]
+                        if isinstance(t, torch.Tensor) and t.requires_grad]
+                if not outs or not leaves:
+                    continue
+                grads_out = _grad_outputs(outs, n)
+                want = torch.autograd.grad(outs, leaves, grads_out, allow_unused=True)
+            except Exception:  # noqa: BLE001 - CPU cannot differentiate this sample
+                continue
+            dev = to_device(sample, DEVICE)
+            dleaves = [t for t in tree_flatten((dev.input, dev.args, dev.kwargs))[0]
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
+            with rec.watch():
+                douts = [t for t in tree_flatten(dev.output_process_fn_grad(_call(op, dev)))[0]
+                         if isinstance(t, torch.Tensor) and t.requires_grad]
+                # each output gradient on its output's device (`to` may return a CPU tensor)
+                dgrads = [g.to(o.device) for g, o in zip(grads_out, douts)]
+                got = torch.autograd.grad(douts, dleaves, dgrads, allow_unused=True)
+                got = to_cpu(got)
+            _compare(got, want, op, dtype, not expected.values_not_compared(op))
+            n += 1
+    except Exception as exc:  # noqa: BLE001 - any error is the outcome being measured
+        return rec.outcome(n, f"sample {n}: {describe(exc)}")
+    return rec.outcome(n)
+
+
+def _out(op, dtype, limit) -> Outcome:
+    values = not expected.values_not_compared(op)
+
+    def body(sample, rec):
+        try:
+            want = _call(op, sample)
+        except Exception:  # noqa: BLE001 - CPU rejects the sample
+            return 0
+        flat, spec = tree_flatten(want)
+        if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
+            return 0
+        dev = to_device(sample, DEVICE)
+        with rec.watch():
+            outs = [torch.empty(t.shape, dtype=t.dtype, device=DEVICE) for t in flat]
+            got = _call(op, dev, out=outs[0] if isinstance(want, torch.Tensor) else spec.unflatten(outs))
+            returned = tree_flatten(got)[0]
+            assert len(returned) == len(outs) and all(r is o for r, o in zip(returned, outs)), \
+                "out= did not return the given tensors"
+            got = to_cpu(outs)
+        _compare(got, flat, op, dtype, values)
+        return 1
+
+    return _run(op, dtype, limit, body)
+
+
+def _inplace(op, dtype, limit) -> Outcome:
+    values = not expected.values_not_compared(op)
+    fn = op.inplace_variant
+
+    def body(sample, rec):
+        cpu = sample.transform(torch.clone)
+        dev = to_device(sample, DEVICE)
+        try:
+            want = _call(fn, cpu)
+        except Exception as exc:  # noqa: BLE001 - CPU refuses: neuron must raise the same type
+            try:
+                with rec.watch():
+                    _call(fn, dev)
+                    torch.neuron.synchronize()
+            except type(exc):
+                return 1
+            raise AssertionError(f"CPU raised {describe(exc)}; neuron did not raise it")
+        with rec.watch():
+            got = _call(fn, dev)
+            assert got is dev.input, "the in-place variant did not return its first argument"
+            got = to_cpu(dev.input)
+        _compare(got, cpu.input, op, dtype, values)
+        _compare(got, want, op, dtype, values)
+        return 1
+
+    return _run(op, dtype, limit, body)
+
+
+def run_check(op, dtype, check: str, limit: Optional[int] = None) -> Outcome:
+    """Runs one check (one of CHECKS) of OpInfo `op` for `dtype` on up to `limit`
+    samples (all when None) and returns its Outcome."""
+    if check == "forward":
+        return _forward(op, dtype, limit, noncontiguous=False)
+    if check == "noncontiguous":
+        return _forward(op, dtype, limit, noncontiguous=True)
+    if check == "backward":
+        return _backward(op, dtype, limit)
+    if check == "out":
+        return _out(op, dtype, limit)
+    if check == "inplace":
+        return _inplace(op, dtype, limit)
+    raise ValueError(f"unknown check {check!r}; expected one of {CHECKS}")

@@ -1,0 +1,370 @@
+"""The c10d backend `neuron`: collectives on `neuron` tensors, host-staged over gloo.
+
+Follows the `torch.distributed.Backend` C++ interface (PyTorch's `PyBackend` trampoline
+lets a Python subclass implement it). Each collective copies the `neuron` tensors it
+reads to the host, runs the same collective of a `ProcessGroupGloo` built on the same
+store, and copies the results back in place (`copy_`, so views and strides of the
+caller's tensors are respected) when the work handle is waited on. CPU tensors go to
+gloo unchanged, so one process group serves both devices.
+
+Before each collective the ranks exchange the (collective, dtype, shape) of their
+tensors over gloo (one small all_gather), so that mismatched collectives raise
+`ValueError` on every rank instead of corrupting data or hanging.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Callable, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+
+from . import metadata, staging
+
+_AVG = dist.ReduceOp.AVG
+_SUM = dist.ReduceOp.SUM
+
+
+def _is_neuron(t: torch.Tensor) -> bool:
+    return t.device.type == "neuron"
+
+
+_POOL = staging.HostPool()
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor with the values of `t` (gloo needs dense host memory)."""
+    if not _is_neuron(t):
+        return t
+    with torch.no_grad():
+        return _POOL.acquire(t.shape, t.dtype).copy_(t)
+
+
+def _host_empty(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor of `t`'s shape and dtype, for a result gloo writes."""
+    if not _is_neuron(t):
+        return t
+    return _POOL.acquire(t.shape, t.dtype)
+
+
+def _flatten(nested) -> List[torch.Tensor]:
+    if isinstance(nested, torch.Tensor):
+        return [nested]
+    return [t for item in nested for t in _flatten(item)]
+
+
+def _map(fn: Callable, nested):
+    if isinstance(nested, torch.Tensor):
+        return fn(nested)
+    return [_map(fn, item) for item in nested]
+
+
+class StagedWork(c10d.Work):
+    """Work handle of a host-staged collective (the `torch.distributed.Work` API).
+
+    `wait()` waits for the gloo work, then copies the host results into the caller's
+    `neuron` tensors and runs the collective's epilogue (e.g. the division of
+    `ReduceOp.AVG`); it raises what gloo raised (a `DistBackendError` on a timeout or a
+    lost peer). `get_future()` completes the work first and returns a completed future
+    whose value is the list of output tensors, as gloo's work does.
+    """
+
+    def __init__(self, inner: Optional[c10d.Work], copies, outputs: List[torch.Tensor],
+                 epilogue: Optional[Callable[[], None]] = None, staged=()):
+        super().__init__()
+        self._inner = inner
+        self._copies = copies
+        self._staged = staged
+        self._outputs = outputs
+        self._epilogue = epilogue
+        self._done = False
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        if self._done:
+            return True
+        if self._inner is not None:
+            self._inner.wait(timeout)
+        for device_tensor, host_tensor in self._copies:
+            with torch.no_grad():
+                device_tensor.copy_(host_tensor)
+        if self._epilogue is not None:
+            self._epilogue()
+        # The copies above took the host values (host -> device copies copy first).
+        for host_tensor in self._staged:
+            _POOL.release(host_tensor)
+        self._done = True
+        self._inner = self._copies = self._epilogue = self._staged = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def is_success(self) -> bool:
+        return self._done
+
+    def get_future(self) -> torch.futures.Future:
+        self.wait()
+        future = torch.futures.Future()
+        future.set_result(self._outputs)
+        return future
+
+    def result(self) -> List[torch.Tensor]:
+        return self._outputs
+
+
+class NeuronBackend(c10d.Backend):
+    """`torch.distributed` backend for `neuron` (and CPU) tensors of one process group.
+
+    Args follow `torch.distributed.Backend.register_backend`'s creator function: the
+    group's store (its keys are put under the prefix ``gloo/``), this process's rank in
+    the group, the group's world size and the collective timeout. One process drives
+    one `neuron` device, as torchrun launches them.
+    """
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._check = metadata.Checker(self._gloo, rank, size)
+        # Works issued since start_coalescing(), or None outside a coalescing block.
+        self._coalesced: Optional[List[StagedWork]] = None
+
+    # -- identity -----------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return "neuron"
+
+    # PyTorch's trampoline reads these capability properties through Python attribute
+    # lookup; one not defined here would resolve to the base binding, which calls the
+    # trampoline again (infinite recursion). So each is stated.
+    @property
+    def supports_coalescing(self) -> bool:
+        return True
+
+    @property
+    def supports_splitting(self) -> bool:
+        return False
+
+    @property
+    def supports_shrinking(self) -> bool:
+        return False
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        return False
+
+    @property
+    def supports_time_estimate(self) -> bool:
+        return False
+
+    @property
+    def supports_window(self) -> bool:
+        return False
+
+    def supports_tensor_alloc(self, device_index: int) -> bool:
+        return False
+
+    def start_coalescing(self) -> None:
+        """Opens a coalescing block (`torch.distributed._coalescing_manager`,
+        `batch_isend_irecv`). Its collectives are issued at once, in order; the block
+        yields one work that waits for all of them."""
+        self._coalesced = []
+
+    def end_coalescing(self) -> StagedWork:
+        works, self._coalesced = self._coalesced or [], None
+        return StagedWork(None, [], [t for w in works for t in w.result()],
+                          lambda: [w.wait() for w in works])
+
+    def _record(self, work: StagedWork) -> StagedWork:
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    # -- helpers ------------------------------------------------------------------
+    def _staged(self, name: str, run: Callable, inputs, outputs, inplace=(),
+                epilogue: Optional[Callable[[], None]] = None, check=None) -> StagedWork:
+        """Stages `inputs` (read) and `outputs` (written) to the host, runs `run` on
+        the host versions and returns the work that copies `outputs` back. `inplace`
+        are tensors both read and written (e.g. all_reduce's). `check` is the
+        metadata every rank must agree on (default: all tensors' dtypes and shapes)."""
+        self._check(name, check if check is not None else (inplace, inputs, outputs))
+        host_of = {}
+
+        def host(t, fill):
+            key = id(t)
+            if key not in host_of:
+                host_of[key] = _host_copy(t) if fill else _host_empty(t)
+            return host_of[key]
+
+        host_inplace = _map(lambda t: host(t, True), inplace)
+        host_inputs = _map(lambda t: host(t, True), inputs)
+        host_outputs = _map(lambda t: host(t, False), outputs)
+        inner = run(host_inplace, host_inputs, host_outputs)
+        written = _flatten(inplace) + _flatten(outputs)
+        copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
+        staged = [host_of[id(t)] for t in _flatten(inplace) + _flatten(inputs) + _flatten(outputs)
+                  if _is_neuron(t)]
+        return self._record(StagedWork(inner, copies, written, epilogue,
+                                       list({id(h): h for h in staged}.values())))
+
+    def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
+        """gloo has no ReduceOp.AVG: sum, then divide by the world size (integer
+        tensors by truncating division, as NCCL's average does)."""
+        if opts.reduceOp != _AVG:
+            return None
+        opts.reduceOp = _SUM
+        size = self._size
+
+        def divide():
+            with torch.no_grad():
+                for t in tensors:
+                    if t.is_floating_point() or t.is_complex():
+                        t.div_(size)
+                    else:
+                        t.copy_(torch.div(t, size, rounding_mode="trunc"))
+        return divide
+
+    # -- collectives ----------------------------------------------------------------
+    def allreduce(self, tensors, opts):
+        epilogue = self._avg_epilogue(opts, tensors)
+        return self._staged("allreduce", lambda io, i, o: self._gloo.allreduce(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue,
+                            check=(tensors, [opts.reduceOp.op.name]))
+
+    def allreduce_coalesced(self, tensors, opts):
+        # gloo coalesces tensors of one dtype only: one gloo call per dtype.
+        by_dtype = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        works = []
+        for group in by_dtype.values():
+            group_opts = c10d.AllreduceCoalescedOptions()
+            group_opts.reduceOp, group_opts.timeout = opts.reduceOp, opts.timeout
+            epilogue = self._avg_epilogue(group_opts, group)
+            works.append(self._staged(
+                "allreduce_coalesced",
+                lambda io, i, o, group_opts=group_opts: self._gloo.allreduce_coalesced(io, group_opts),
+                (), (), inplace=group, epilogue=epilogue))
+        if len(works) == 1:
+            return works[0]
+        return StagedWork(None, [], list(tensors), lambda: [w.wait() for w in works])
+
+    def broadcast(self, tensors, opts):
+        return self._staged("broadcast", lambda io, i, o: self._gloo.broadcast(io, opts),
+                            (), (), inplace=tensors)
+
+    def reduce(self, tensors, opts):
+        epilogue = self._avg_epilogue(opts, tensors) if self._rank == opts.rootRank else None
+        if opts.reduceOp == _AVG:
+            opts.reduceOp = _SUM
+        return self._staged("reduce", lambda io, i, o: self._gloo.reduce(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue)
+
+    def allgather(self, output_lists, inputs, opts):
+        return self._staged("allgather", lambda io, i, o: self._gloo.allgather(o, i, opts),
+                            inputs, output_lists)
+
+    def all_gather_single(self, output, input, opts):
+        return self._staged("all_gather_single",
+                            lambda io, i, o: self._gloo._allgather_base(o[0].view(-1), i[0].view(-1),
+                                                                        opts),
+                            [input], [output])
+
+
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        return self._staged("allgather_coalesced",
+                            lambda io, i, o: self._gloo.allgather_coalesced(o, i, opts),
+                            inputs, output_lists)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        return self._staged("all_gather_single_coalesced",
+                            lambda io, i, o: self._gloo.all_gather_single_coalesced(o, i, opts),
+                            inputs, outputs)
+
+    def gather(self, output_lists, inputs, opts):
+        return self._staged("gather", lambda io, i, o: self._gloo.gather(o, i, opts),
+                            inputs, output_lists,
+                            check=(inputs,))
+
+    def scatter(self, outputs, input_lists, opts):
+        return self._staged("scatter", lambda io, i, o: self._gloo.scatter(o, i, opts),
+                            input_lists, outputs, check=(outputs,))
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        epilogue = self._avg_epilogue(opts, outputs)
+        return self._staged("reduce_scatter",
+                            lambda io, i, o: self._gloo.reduce_scatter(o, i, opts),
+                            input_lists, outputs, epilogue=epilogue)
+
+    def reduce_scatter_single(self, output, input, opts):
+        epilogue = self._avg_epilogue(opts, [output])
+        return self._staged("reduce_scatter_single",
+                            lambda io, i, o: self._gloo._reduce_scatter_base(o[0].view(-1),
+                                                                             i[0].view(-1), opts),
+                            [input], [output], epilogue=epilogue)
+
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        epilogue = self._avg_epilogue(opts, outputs)
+        return self._staged("reduce_scatter_single_coalesced",
+                            lambda io, i, o: self._gloo.reduce_scatter_single_coalesced(o, i, opts),
+                            inputs, outputs, epilogue=epilogue)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._staged(
+            "all_to_all_single",
+            lambda io, i, o: self._gloo.alltoall_base(o[0], i[0], output_split_sizes,
+                                                      input_split_sizes, opts),
+            [input], [output],
+            check=([input.dtype], [output.dtype]))
+
+
+    def alltoall(self, outputs, inputs, opts):
+        """gloo has only the single-tensor all_to_all: the lists travel as one flat
+        buffer split by each tensor's number of elements."""
+        if len({t.dtype for t in list(inputs) + list(outputs)}) > 1:
+            raise ValueError("all_to_all: all input and output tensors must have the same dtype")
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=flat_in.dtype,
+                               device=flat_in.device)
+        inner = self.all_to_all_single(flat_out, flat_in, [t.numel() for t in outputs],
+                                       [t.numel() for t in inputs], c10d.AllToAllOptions())
+
+        def unpack():
+            inner.wait()
+            with torch.no_grad():
+                for t, part in zip(outputs, flat_out.split([t.numel() for t in outputs])):
+                    t.copy_(part.view(t.shape))
+        return self._record(StagedWork(None, [], list(outputs), unpack))
+
+    def send(self, tensors, dst_rank, tag):
+        # Point-to-point pairs are matched by (peer, tag) alone; nothing to check.
+        return self._staged_p2p(lambda host: self._gloo.send(host, dst_rank, tag), tensors, fill=True)
+
+    def recv(self, tensors, src_rank, tag):
+        return self._staged_p2p(lambda host: self._gloo.recv(host, src_rank, tag), tensors, fill=False)
+
+    def recv_anysource(self, tensors, tag):
+        return self._staged_p2p(lambda host: self._gloo.recv_anysource(host, tag), tensors, fill=False)
+
+    def _staged_p2p(self, run, tensors, fill: bool) -> StagedWork:
+        host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
+        inner = run(host)
+        copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
+        staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
+        return self._record(StagedWork(inner, copies, list(tensors), staged=staged))
+
+    def barrier(self, opts):
+        return self._record(StagedWork(self._gloo.barrier(opts), [], []))
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._gloo.set_timeout(timeout)
+
+    def abort(self) -> None:
+        self._gloo.abort()
+
+
+def create_backend(options: c10d._DistributedBackendOptions, backend_options=None) -> NeuronBackend:
+    """Creator function given to `Backend.register_backend` (``extended_api=True``)."""
+    return NeuronBackend(options.store, options.group_rank, options.group_size, options.timeout)

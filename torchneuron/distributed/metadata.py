@@ -1,0 +1,69 @@
+"""Cross-rank agreement on what a collective is about to do (name, dtypes, shapes).
+
+gloo, given tensors of different sizes or dtypes on different ranks, may reinterpret
+bytes, fail with a transport error, or wait until the timeout. Before each collective the
+`neuron` backend all_gathers one 64-bit digest of its description; when the digests
+differ, the ranks exchange the descriptions themselves and every rank raises the same
+`ValueError` naming what each rank called. Costs one small all_gather per collective.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+import torch
+
+#: Longest description exchanged after a mismatch, in bytes (longer ones are cut).
+_DESCRIPTION_BYTES = 512
+
+
+def describe(name: str, items: Iterable) -> str:
+    """``name(dtype[shape], ..., extra)`` for the tensors (nested lists) and other
+    values (reduce op, ...) that every rank must agree on."""
+    parts = []
+
+    def add(item):
+        if isinstance(item, torch.Tensor):
+            parts.append(f"{str(item.dtype).replace('torch.', '')}{list(item.shape)}")
+        elif isinstance(item, (list, tuple)):
+            for sub in item:
+                add(sub)
+        else:
+            parts.append(str(item))
+    add(items)
+    return f"{name}({', '.join(parts)})"
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+class Checker:
+    """Callable `(name, items)` that raises `ValueError` on every rank of `group` (a
+    gloo `Backend`) unless all ranks describe the same collective."""
+
+    def __init__(self, group, rank: int, size: int):
+        self._group = group
+        self._rank = rank
+        self._size = size
+
+    def _all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(self._size * tensor.numel(), dtype=tensor.dtype)
+        self._group._allgather_base(out, tensor).wait()
+        return out.view(self._size, -1)
+
+    def __call__(self, name: str, items) -> None:
+        if self._size == 1:
+            return
+        text = describe(name, items)
+        digests = self._all_gather(torch.tensor([_digest(text)], dtype=torch.int64))
+        if bool((digests == digests[0]).all()):
+            return
+        raw = text.encode()[:_DESCRIPTION_BYTES]
+        mine = torch.zeros(_DESCRIPTION_BYTES, dtype=torch.uint8)
+        mine[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        texts = self._all_gather(mine)
+        described = [bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in texts]
+        lines = "; ".join(f"rank {r}: {d}" for r, d in enumerate(described))
+        raise ValueError(f"mismatched collective across ranks (shapes, dtypes or operation "
+                         f"differ): {lines}")

@@ -1,0 +1,163 @@
+"""Runs the sweep: one process per model with a time limit, a progress bar, and a
+resumable results file.
+
+The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}``
+(a result as `worker.run_model` returns it), rewritten atomically after every model.
+Models already in it are not run again, so an interrupted sweep continues where it
+stopped. A worker that crashes or outlives its time limit is killed; the stages it finished are kept and the stage it was in is recorded as an error
+of class ``Timeout`` or ``Crash``.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import itertools
+import json
+import os
+import platform
+import multiprocessing
+import sys
+import tempfile
+import threading
+import time
+
+from . import enumerate as models
+from . import worker
+from .worker import STAGES
+
+
+def load(path: str) -> dict:
+    """The results file at `path`, or an empty one when it does not exist."""
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"meta": {}, "models": {}}
+
+
+def save(results: dict, path: str) -> None:
+    """Writes `results` to `path` atomically (a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "jax", "transformers", "timm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+#: What the fork server imports once, so each model's process starts without paying
+#: for importing torch, transformers and timm (none of them starts the PJRT client, so
+#: a forked child may start its own).
+PRELOAD = ["torchneuron.sweep.worker", "transformers.modeling_utils", "timm"]
+
+_context = None
+
+
+def _processes():
+    """The multiprocessing context every worker starts from: a fork server that has
+    imported `PRELOAD`. Each model still gets a fresh process of its own."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) -> dict:
+    """Runs `name` in a fresh process (forked from a server that preloaded the imports).
+
+    Returns the worker's result; on a crash or after `timeout_s` seconds (the process is
+    killed) the stages it finished plus an error for the one it was in."""
+    from .. import config
+
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(config.CACHE_DIR, "sweep-jax-cache")
+    with tempfile.TemporaryDirectory(prefix="torchneuron-sweep-") as tmp:
+        path, log = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
+        proc = _processes().Process(target=worker.child, args=(name, path, log, seed, compile, cache),
+                                    daemon=True)
+        proc.start()
+        start = time.perf_counter()
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            failure = ("Timeout", f"model exceeded the {timeout_s:.0f} s limit")
+        elif proc.exitcode != 0:
+            with open(log, errors="replace") as f:
+                tail = " ".join(f.read().split()[-40:])
+            failure = ("Crash", f"worker exited with code {proc.exitcode}: {tail}")
+        else:
+            failure = None
+        try:
+            with open(path) as f:
+                result = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            result = {"model": name, "covered": False, "stages": {}}
+    result["time_s"] = round(time.perf_counter() - start, 3)
+    if failure is not None:
+        _record_failure(result, *failure)
+    return result
+
+
+def _record_failure(result: dict, kind: str, message: str) -> None:
+    if not result.get("covered"):
+        result["reason"] = f"{kind}: {message} (in the CPU reference run)"
+        return
+    for stage in STAGES:
+        entry = result["stages"].get(stage)
+        if entry is None or "time_s" not in entry:
+            result["stages"][stage] = {"status": "error", "error_type": kind, "error": message}
+            return
+
+
+def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str = "sweep/results.json",
+          timeout_s: float = 180.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
+          compile: bool = True, command: str = "") -> dict:
+    """Runs the models of `suite` (the first `limit` of each suite, or `names`) that
+    `out` does not hold yet, `jobs` at a time, saving `out` after each; `command` is
+    recorded in the file's meta data. Returns the results. Raises ValueError for an
+    unknown suite."""
+    from tqdm import tqdm
+
+    if names is None:
+        suites = models.SUITES if suite == "all" else (suite,)
+        # Alternating suites: a sweep stopped early still covers both.
+        per_suite = [models.model_names(s)[:limit] for s in suites]
+        names = [n for group in itertools.zip_longest(*per_suite) for n in group if n is not None]
+    results = load(out)
+    results["meta"] = {"updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "seed": seed, "timeout_s": timeout_s, "versions": _versions(),
+                       "command": command}
+    todo = [n for n in names if n not in results["models"]]
+    lock = threading.Lock()
+    bar = tqdm(total=len(names), initial=len(names) - len(todo), disable=not progress, unit="model",
+               dynamic_ncols=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, n, timeout_s, seed, compile): n for n in todo}
+        for fut in concurrent.futures.as_completed(futures):
+            result = fut.result()
+            with lock:
+                results["models"][futures[fut]] = result
+                save(results, out)
+            bar.set_postfix_str(f"{futures[fut]}: {summary(result)}", refresh=False)
+            bar.update()
+    bar.close()
+    return results
+
+
+def summary(result: dict) -> str:
+    """One word per stage, e.g. ``pass/pass/mismatch/error``, or ``not covered``."""
+    if not result.get("covered"):
+        return "not covered"
+    return "/".join(result["stages"].get(s, {}).get("status", "skip") for s in STAGES)

@@ -1,0 +1,300 @@
+"""One model through the sweep's stages, in the calling process.
+
+Stages, each with its wall time in seconds:
+
+- ``load``: build on the CPU with random weights from a fixed seed, run the CPU
+  reference (forward, then backward of a fixed random projection of the outputs), then
+  move a copy to ``neuron``.
+- ``forward``: eager forward on ``neuron``, outputs compared with the CPU's.
+- ``backward``: backward of the same loss, parameter gradients compared with the CPU's.
+- ``compile``: ``torch.compile(model, backend="neuron")`` forward (no grad), compared
+  with the CPU's outputs.
+
+A stage's status is ``pass``, ``mismatch`` (ran, numbers differ from the CPU beyond the
+tolerance), ``error`` (raised: error class and message recorded), ``fallback`` (numbers
+match but operators ran through the CPU fallback; their names and call counts are
+recorded from `torchneuron.fallback_ops()` deltas) or ``skip`` (an earlier stage it
+needs failed). A model whose CPU reference itself fails is not covered (``covered:
+false`` with the reason): the generic small config does not build it.
+
+The runner calls `child` in a process of its own per model; by hand, run
+``python -m torchneuron.sweep.worker MODEL OUT.json``. The result is rewritten to its
+file after every stage, so a runner that kills a hung worker still has the stages it
+finished.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+STAGES = ("load", "forward", "backward", "compile")
+
+#: Tolerance of a float32 comparison with the CPU, relative to the largest reference
+#: magnitude of each tensor: random-weight float32 models accumulate reordering error
+#: of about 1e-6 per layer, so 1e-3 flags wrong results, not rounding.
+RTOL = 1e-3
+ATOL = 1e-5
+
+
+def flatten(value) -> list:
+    """The tensors of a (nested) model output in a fixed order: tuples, lists, dict
+    values and transformers' `ModelOutput` fields; other values are dropped."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if hasattr(value, "to_tuple"):
+        value = value.to_tuple()
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten(v)]
+    return []
+
+
+def compare(actual: list, expected: list) -> str | None:
+    """None when `actual` (any device) matches CPU `expected` tensor by tensor, else why.
+
+    Floating tensors match when ``max|a - e| <= ATOL + RTOL * max|e|`` (NaNs in the same
+    places); other dtypes must be equal."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} output tensors, CPU has {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        a = a.detach().cpu()
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"tensor {i}: {a.dtype}{list(a.shape)} vs CPU {e.dtype}{list(e.shape)}"
+        if not e.is_floating_point() and not e.is_complex():
+            if not torch.equal(a, e):
+                return f"tensor {i}: values differ"
+            continue
+        a, e = a.double(), e.double()
+        if not torch.equal(torch.isnan(a), torch.isnan(e)):
+            return f"tensor {i}: NaNs differ"
+        finite = ~torch.isnan(e)
+        if not finite.any():
+            continue
+        err = (a[finite] - e[finite]).abs().max().item()
+        scale = e[finite].abs().max().item()
+        if not err <= ATOL + RTOL * scale:
+            return f"tensor {i}{list(e.shape)}: max abs error {err:.3g} (reference max {scale:.3g})"
+    return None
+
+
+def _loss(outputs: list, weights: list):
+    """A fixed random projection of every floating output: its gradient reaches every
+    output element (a plain sum has zero gradient through normalization layers)."""
+    total = 0
+    for out, w in zip(outputs, weights):
+        if w is not None:
+            total = total + (out.float() * w.to(out.device)).sum()
+    return total
+
+
+def _projection(outputs: list) -> list:
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randn(o.shape, generator=gen) if o.is_floating_point() and o.requires_grad else None
+            for o in outputs]
+
+
+def _reference_inputs(model, candidates: list):
+    """(inputs, CPU outputs) of the first input candidate the CPU model runs; raises the
+    first (fullest) candidate's error when none runs."""
+    first = None
+    for inputs in candidates:
+        try:
+            return inputs, flatten(model(**inputs))
+        except Exception as exc:  # noqa: BLE001 - the next candidate may run
+            first = first or exc
+    raise first
+
+
+def _grads(model) -> list:
+    return [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+
+
+class _Stage:
+    """Times one stage and records its status, error and the fallback calls it made."""
+
+    def __init__(self, result: dict, name: str, path: str | None):
+        self.result, self.name, self.path = result, name, path
+
+    def __enter__(self):
+        import torchneuron
+
+        self.before = dict(torchneuron.fallback_ops())
+        self.start = time.perf_counter()
+        self.entry = {"status": "error"}
+        self.result["stages"][self.name] = self.entry
+        return self.entry
+
+    def __exit__(self, kind, exc, tb):
+        import torchneuron
+
+        self.entry["time_s"] = round(time.perf_counter() - self.start, 3)
+        after = torchneuron.fallback_ops()
+        new = {op: n - self.before.get(op, 0) for op, n in after.items() if n != self.before.get(op, 0)}
+        if new:
+            self.entry["fallbacks"] = new
+        if exc is not None:
+            self.entry.update(status="error", error_type=type(exc).__name__,
+                              error=_short(str(exc)), where=_where(tb))
+        elif self.entry.get("status") == "pass" and new:
+            self.entry["status"] = "fallback"
+        _save(self.result, self.path)
+        return exc is not None and not isinstance(exc, KeyboardInterrupt)
+
+
+def _short(message: str, limit: int = 400) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[:limit] + "..."
+
+
+def _where(tb) -> str:
+    """The innermost frame of the traceback inside torchneuron (where to fix it)."""
+    frames = [f for f in traceback.extract_tb(tb) if "torchneuron" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{f.filename.split('torchneuron', 1)[-1].lstrip(os.sep)}:{f.lineno}"
+
+
+def _save(result: dict, path: str | None) -> None:
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, path)
+
+
+def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool = True) -> dict:
+    """Runs model `name` (``"<suite>/<model>"``, see `enumerate.build`) through the stages.
+
+    Returns ``{"model", "covered", "stages": {stage: {"status", "time_s", ...}}}``, also
+    written to `path` (JSON) after each stage. Never raises for a model's failure."""
+    from . import enumerate as models
+
+    result = {"model": name, "covered": False, "stages": {}}
+    _save(result, path)
+    start = time.perf_counter()
+    try:
+        model, candidates = models.build(name, seed)
+        # Copied before any forward: a model may cache non-leaf tensors while it runs,
+        # and those cannot be deep-copied (timm's TinyViT attention biases).
+        pristine = copy.deepcopy(model)
+        inputs, ref_out = _reference_inputs(model, candidates)
+        weights = _projection(ref_out)
+        ref_out = [o.detach() for o in ref_out]
+        if not ref_out:
+            raise ValueError("the model returned no tensors")
+        loss = _loss(flatten(model(**inputs)), weights)
+        if isinstance(loss, torch.Tensor):
+            loss.backward()
+        ref_grads = _grads(model)
+        model.zero_grad(set_to_none=True)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not buildable here"
+        result["reason"] = f"{type(exc).__name__}: {_short(str(exc), 200)}"
+        _save(result, path)
+        return result
+    result["covered"] = True
+    result["params"] = sum(p.numel() for p in model.parameters())
+    cpu_time = time.perf_counter() - start
+
+    with _Stage(result, "load", path) as st:
+        dev_model = pristine.to("neuron")
+        dev_inputs = {k: v.to("neuron") for k, v in inputs.items()}
+        st["status"] = "pass"
+    st["cpu_reference_s"] = round(cpu_time, 3)
+    ok = st["status"] in ("pass", "fallback")
+
+    out = None
+    with _Stage(result, "forward", path) as st:
+        if not ok:
+            st["status"] = "skip"
+        else:
+            out = flatten(dev_model(**dev_inputs))
+            why = compare(out, ref_out)
+            st["status"] = "mismatch" if why else "pass"
+            if why:
+                st["error"] = why
+
+    with _Stage(result, "backward", path) as st:
+        if out is None:
+            st["status"] = "skip"
+        else:
+            loss = _loss(out, weights)
+            if isinstance(loss, torch.Tensor):
+                loss.backward()
+            grads = _grads(dev_model)
+            names = [n for n, _ in ref_grads]
+            if [n for n, _ in grads] != names:
+                st["status"] = "mismatch"
+                st["error"] = f"{len(grads)} parameters got gradients, CPU {len(names)}"
+            else:
+                why = compare([g for _, g in grads], [g for _, g in ref_grads])
+                st["status"] = "mismatch" if why else "pass"
+                if why:
+                    # Name the parameter: "tensor 3" alone says little.
+                    i = int(why.split()[1].split("[")[0].rstrip(":"))
+                    st["error"] = f"grad of {names[i]}: {why}"
+
+    with _Stage(result, "compile", path) as st:
+        if not ok or not compile:
+            st["status"] = "skip"
+        else:
+            torch._dynamo.reset()
+            dev_model.zero_grad(set_to_none=True)
+            compiled = torch.compile(dev_model, backend="neuron")
+            with torch.no_grad():
+                out = flatten(compiled(**dev_inputs))
+            why = compare(out, ref_out)
+            st["status"] = "mismatch" if why else "pass"
+            if why:
+                st["error"] = why
+    return result
+
+
+def child(name: str, path: str, log: str, seed: int, compile: bool, jax_cache: str | None) -> None:
+    """Entry point of a runner's worker process: output goes to the file `log`; with
+    `jax_cache`, JAX's persistent compilation cache is on, so the eager executables one
+    model compiled (same op, shapes, dtypes) load in the next model's process."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    _quiet()
+    if jax_cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", jax_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    run_model(name, seed, path, compile=compile)
+
+
+def _quiet() -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+
+
+def main(argv=None) -> int:
+    """``python -m torchneuron.sweep.worker MODEL OUT.json [--seed S] [--no-compile]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("model")
+    parser.add_argument("out")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args(argv)
+    _quiet()
+    run_model(args.model, args.seed, args.out, compile=not args.no_compile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
