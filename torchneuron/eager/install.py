@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import _extension
+from .. import _extension, config
 from ..ops import fallback, registry
 from ..runtime import dtypes
 from . import executor, host_kernels, math_bits
@@ -37,9 +37,6 @@ def _variants(op: torch._ops.OpOverload):
 # Python kernels receive them (ScalarType is special-cased there, as here).
 _CPP_ARGUMENT_KINDS = {torch.TensorType, torch.NumberType, torch.IntType, torch.FloatType, torch.BoolType,
                        torch.SymIntType, torch.ComplexType, torch.NoneType}
-
-
-_CPP_PATH = False
 
 
 def _is_dtype(t) -> bool:
@@ -92,10 +89,7 @@ def install() -> None:
         if op in KERNELS or _is_composite_implicit(op):
             return
         KERNELS[op] = kernel
-        # Off until a profiler regression is fixed: after many ops on the C++ path, device
-        # time is no longer linked to the ops a later torch.profiler window dispatches
-        # (tests/test_profiler.py after test_memory.py's ten-thousand-step loop).
-        if _CPP_PATH and _runs_in_cpp(op, kernel):
+        if config.EAGER_CPP and _runs_in_cpp(op, kernel):
             schema = op._schema
             name = schema.name.split("::")[1] + ("." + schema.overload_name if schema.overload_name else "")
             shim.register_eager(name, kernel, [_is_dtype(a.type) for a in schema.arguments])
