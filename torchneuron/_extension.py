@@ -12,7 +12,7 @@ from . import config
 
 _module = None
 _CSRC = os.path.join(os.path.dirname(__file__), "csrc")
-_SOURCES = [os.path.join(_CSRC, name) for name in ("neuron.cpp", "profiler.cpp")]
+_SOURCES = [os.path.join(_CSRC, name) for name in ("neuron.cpp", "profiler.cpp", "eager.cpp")]
 
 
 def _build_dir() -> str:

@@ -37,3 +37,8 @@ LOG_LEVEL: str = os.environ.get("TORCHNEURON_LOG_LEVEL", "WARNING")
 #: Raise device-side errors (out-of-range indices) at the op instead of at the next
 #: synchronization point; costs one host round trip per checked op.
 SYNC_CHECKS: bool = _flag("TORCHNEURON_SYNC_CHECKS")
+
+#: Run cached eager executables from the C++ kernel (csrc/eager.cpp) instead of crossing
+#: into Python for every op; off sends every call through the Python executor (for
+#: debugging the hot path: both give the same results).
+EAGER_CPP: bool = _flag("TORCHNEURON_EAGER_CPP", True)

@@ -31,6 +31,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -45,7 +46,7 @@ constexpr uint64_t kAlign = 64;
 // ---------------------------------------------------------------- Python callbacks
 // Set once from Python by `_set_callbacks`; owned references, never released (they
 // live as long as the process).
-static PyObject* g_registry = nullptr;   // dict: handle (int) -> flat buffer
+PyObject* g_registry = nullptr;  // dict: handle (int) -> flat buffer (also used by eager.cpp)
 static PyObject* g_resize_cb = nullptr;  // (old_handle, new_handle, new_nbytes) -> None
 static PyObject* g_copy_cb = nullptr;    // (dst_handle, src_handle, nbytes) -> None
 static PyObject* g_count_cb = nullptr;   // () -> int, the number of PJRT devices
@@ -680,20 +681,31 @@ static py::object tensor_meta(const at::Tensor& t) {
 }
 
 // A new `neuron` tensor whose storage's bytes are `buffer` (a flat jax.Array), registered
-// in `buffers`: the eager executor's output path, one call instead of torch.empty_strided
-// plus a registry insertion.
-static at::Tensor new_output(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                             const py::object& dtype, int device, const py::object& buffer,
-                             const py::dict& buffers) {
-  auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+// in the storage registry: the eager executor's output path, one call instead of
+// torch.empty_strided plus a registry insertion. sizes and strides: tuples of ints.
+at::Tensor new_output(PyObject* sizes, PyObject* strides, PyObject* dtype, int device, PyObject* buffer) {
+  auto ints = [](PyObject* seq) {
+    py::object fast = py::reinterpret_steal<py::object>(PySequence_Fast(seq, "expected a sequence of ints"));
+    if (!fast) throw py::error_already_set();
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(fast.ptr());
+    c10::SmallVector<int64_t, 6> out(m);
+    for (Py_ssize_t i = 0; i < m; ++i) {
+      out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast.ptr(), i));
+    }
+    if (PyErr_Occurred()) throw py::error_already_set();
+    return out;
+  };
+  auto size_v = ints(sizes);
+  auto stride_v = ints(strides);
+  auto scalar_type = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
   c10::DeviceIndex saved = t_current_device;
   t_current_device = static_cast<c10::DeviceIndex>(device);
-  at::Tensor out = at::detail::empty_strided_generic(sizes, strides, &g_allocator,
+  at::Tensor out = at::detail::empty_strided_generic(size_v, stride_v, &g_allocator,
                                                      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                      scalar_type);
   t_current_device = saved;
   py::int_ handle(reinterpret_cast<uint64_t>(out.unsafeGetTensorImpl()->unsafe_storage().data()));
-  if (PyDict_SetItem(buffers.ptr(), handle.ptr(), buffer.ptr()) < 0) throw py::error_already_set();
+  if (PyDict_SetItem(g_registry, handle.ptr(), buffer) < 0) throw py::error_already_set();
   return out;
 }
 
@@ -719,12 +731,14 @@ static py::object freeze(PyObject* v) {
 // 5 static. Returns None for calls the Python path must handle: a tensor that is not on
 // `neuron` (CPU scalars, device errors), tensors on several devices, a tensor given for a
 // scalar. Returns (key, tensors, metas, dynamic values, device index or -1).
-static py::object fast_signature(const py::list& values, const py::tuple& kinds, const py::tuple& defaults,
-                                 const py::dict& buffers, const py::dict& to_jax) {
-  py::list key, tensors, metas, dyn, offsets;
-  py::dict slots;
+py::object fast_signature(PyObject* const* values, Py_ssize_t n, const py::tuple& kinds,
+                          const py::tuple& defaults, const py::dict& buffers, const py::dict& to_jax) {
+  py::list key, tensors, metas, dyn;
+  py::object offsets;  // a list, made for the first nonzero storage offset
+  // Distinct storages in order of first use: a tensor's slot is its storage's index here.
+  c10::SmallVector<const void*, 8> slots;
+  static PyObject* dtype_name = PyUnicode_InternFromString("dtype");
   int device = -1;
-  const Py_ssize_t n = PyList_GET_SIZE(values.ptr());
   PyObject* tensor_type = reinterpret_cast<PyObject*>(THPVariableClass);
   auto add_tensor = [&](PyObject* obj) -> bool {
     const at::Tensor& t = THPVariable_Unpack(obj);
@@ -746,26 +760,24 @@ static py::object fast_signature(const py::list& values, const py::tuple& kinds,
     int64_t offset = impl->storage_offset();
     py::object dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
     py::int_ nbytes(storage.nbytes());
-    py::object slot;
-    PyObject* found = PyDict_GetItem(slots.ptr(), handle.ptr());
-    if (found) {
-      slot = py::reinterpret_borrow<py::object>(found);
-    } else {
-      slot = py::int_(PyDict_GET_SIZE(slots.ptr()));
-      slots[handle] = slot;
-    }
+    const void* data = storage.data();
+    size_t slot = std::find(slots.begin(), slots.end(), data) - slots.begin();
+    if (slot == slots.size()) slots.push_back(data);
     PyObject* buf = PyDict_GetItem(buffers.ptr(), handle.ptr());
     py::object buf_dtype;
     if (buf) {
-      buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttrString(buf, "dtype"));
+      buf_dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(buf, dtype_name));
       if (!buf_dtype) throw py::error_already_set();
     } else {
       PyObject* jax_dtype = PyDict_GetItem(to_jax.ptr(), dtype.ptr());
       if (!jax_dtype) return false;  // a dtype `neuron` cannot hold: the Python path raises
       buf_dtype = py::reinterpret_borrow<py::object>(jax_dtype);
     }
-    if (offset) offsets.append(py::int_(offset));
-    key.append(slot);
+    if (offset) {
+      if (!offsets) offsets = py::list();
+      offsets.cast<py::list>().append(py::int_(offset));
+    }
+    key.append(py::int_(slot));
     key.append(sizes);
     key.append(strides);
     key.append(py::bool_(offset == 0));
@@ -778,7 +790,7 @@ static py::object fast_signature(const py::list& values, const py::tuple& kinds,
     return true;
   };
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* v = PyList_GET_ITEM(values.ptr(), i);
+    PyObject* v = values[i];
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(kinds.ptr(), i));
     if (kind == 0) {
       if (v == Py_None) {
@@ -831,7 +843,7 @@ static py::object fast_signature(const py::list& values, const py::tuple& kinds,
       key.append(freeze(v));
     }
   }
-  if (PyList_GET_SIZE(offsets.ptr())) {
+  if (offsets) {
     dyn.append(offsets);
   }
   return py::make_tuple(py::tuple(key), tensors, metas, dyn, device);
@@ -876,17 +888,27 @@ static void register_hooks() {
 
 // csrc/profiler.cpp: the Kineto activity profiler that attaches device time.
 void register_profiler(py::module& m);
+// csrc/eager.cpp: the eager hot path.
+void register_eager_bindings(py::module& m);
 
 }  // namespace torchneuron
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchneuron;
   register_profiler(m);
+  register_eager_bindings(m);
   m.def("register_hooks", &register_hooks);
   m.def("set_callbacks", &set_callbacks);
   m.def("tensor_meta", &tensor_meta);
-  m.def("fast_signature", &fast_signature);
-  m.def("new_output", &new_output);
+  m.def("fast_signature", [](const py::list& values, const py::tuple& kinds, const py::tuple& defaults,
+                             const py::dict& buffers, const py::dict& to_jax) {
+    return fast_signature(PySequence_Fast_ITEMS(values.ptr()), PyList_GET_SIZE(values.ptr()), kinds, defaults, buffers,
+                          to_jax);
+  });
+  m.def("new_output", [](const py::object& sizes, const py::object& strides, const py::object& dtype, int device,
+                         const py::object& buffer) {
+    return new_output(sizes.ptr(), strides.ptr(), dtype.ptr(), device, buffer.ptr());
+  });
   m.def("device_stats", &device_stats);
   m.def("reset_peak", [](int index) { g_allocator.resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
   m.def("reset_accumulated", [](int index) { g_allocator.resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });

@@ -165,13 +165,18 @@ class OpKernel:
         if len(values) < n:
             for i in range(len(values), n):
                 values.append(kwargs.get(self.names[i], self.defaults[i]))
-        fast = _fast_signature(values, self.kinds_t, self.defaults_t, _buffers, _TO_JAX)
+        return self._dispatch(values, _fast_signature(values, self.kinds_t, self.defaults_t, _buffers, _TO_JAX))
+
+    def _dispatch(self, values, fast):
+        """Runs a call given all its values in schema order and their `fast_signature`
+        (None: signed here). The C++ kernel (csrc/eager.cpp) resumes here for every call
+        it does not run itself."""
         if fast is None:
             key, tensors, metas, dyn, device = self._signature(values)
         else:
             key, tensors, metas, dyn, device = fast
             if dyn and type(dyn[-1]) is list:
-                dyn[-1] = np.array(dyn[-1], dtype=np.int64)
+                dyn[-1] = int64_array(dyn[-1])
             if device < 0:
                 device = _extension.load().current_device()
         entry = self.cache.get(key)
@@ -306,8 +311,7 @@ class OpKernel:
         try:
             outs = entry.fn(*inputs)
         except jax.errors.JaxRuntimeError as exc:
-            storage.raise_if_out_of_memory(exc, device)
-            raise
+            run_failed(exc, device)
         k = 0
         for j in entry.writes:
             buffers[metas[j][0]] = outs[k]
@@ -318,7 +322,7 @@ class OpKernel:
                 if not isinstance(spec, tuple):
                     results.append(spec)
                     continue
-                results.append(_new_output(spec[0], spec[1], spec[2], device, outs[k], buffers))
+                results.append(_new_output(spec[0], spec[1], spec[2], device, outs[k]))
                 k += 1
         for exc_type, message in entry.checks:
             checks.add(outs[k], exc_type, message)
@@ -564,6 +568,19 @@ class OpKernel:
 
     def _meta_from_lowering(self, values, exc: NotImplementedError):
         raise exc  # the meta kernel's own error: CPU raises the same one
+
+
+def run_failed(exc: Exception, device: int):
+    """Raises the error of an executable's run: PJRT's failed allocation as
+    `torch.OutOfMemoryError`, anything else unchanged."""
+    if isinstance(exc, jax.errors.JaxRuntimeError):
+        storage.raise_if_out_of_memory(exc, device)
+    raise exc
+
+
+def int64_array(values) -> np.ndarray:
+    """The dynamic storage offsets of a call, as the executable takes them."""
+    return np.array(values, dtype=np.int64)
 
 
 def _dense_stride(shape, stride):

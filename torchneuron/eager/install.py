@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import _extension
+from .. import _extension, config
 from ..ops import fallback, registry
+from ..runtime import dtypes
 from . import executor, host_kernels, math_bits
 
 _libs = []
@@ -32,6 +33,41 @@ def _variants(op: torch._ops.OpOverload):
                 yield ov
 
 
+# Argument types the C++ kernel converts to Python values exactly as the dispatcher's
+# Python kernels receive them (ScalarType is special-cased there, as here).
+_CPP_ARGUMENT_KINDS = {torch.TensorType, torch.NumberType, torch.IntType, torch.FloatType, torch.BoolType,
+                       torch.SymIntType, torch.ComplexType, torch.NoneType}
+
+
+def _is_dtype(t) -> bool:
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return str(t) == "ScalarType"
+
+
+def _runs_in_cpp(op: torch._ops.OpOverload, kernel) -> bool:
+    """Whether `op` gets the C++ eager kernel (csrc/eager.cpp) in front of `kernel`:
+    plain OpKernels of deterministic ops with Tensor returns and plain arguments. The
+    others keep the Python registration (host kernels, conjugate/negative bit
+    resolution, random ops drawing from a generator, unusual argument types)."""
+    if type(kernel) is not executor.OpKernel or kernel.lowering.random or math_bits.sees_math_bits(op):
+        return False
+    schema = op._schema
+    if any(str(r.type) != "Tensor" for r in schema.returns):
+        return False
+    for a in schema.arguments:
+        t = a.type
+        if isinstance(t, torch.OptionalType):
+            t = t.getElementType()
+        if isinstance(t, torch.ListType):
+            t = t.getElementType()
+            if isinstance(t, torch.OptionalType):
+                t = t.getElementType()
+        if type(t) not in _CPP_ARGUMENT_KINDS and not _is_dtype(t):
+            return False
+    return True
+
+
 def install() -> None:
     """Registers every kernel. Idempotent."""
     if _libs:
@@ -45,17 +81,23 @@ def install() -> None:
     from .. import ops as _ops  # noqa: F401
     from ..kernels import grouped_mm  # noqa: F401  (the kernel library's ATen lowerings)
 
+    shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, executor.int64_array, executor.run_failed)
     lib = torch.library.Library("aten", "IMPL")
     _libs.append(lib)
 
     def register(op, kernel):
         if op in KERNELS or _is_composite_implicit(op):
             return
+        KERNELS[op] = kernel
+        if config.EAGER_CPP and _runs_in_cpp(op, kernel):
+            schema = op._schema
+            name = schema.name.split("::")[1] + ("." + schema.overload_name if schema.overload_name else "")
+            shim.register_eager(name, kernel, [_is_dtype(a.type) for a in schema.arguments])
+            return
         impl = kernel
         if isinstance(kernel, executor.OpKernel) and math_bits.sees_math_bits(op):
             impl = math_bits.resolving(kernel, op)  # host kernels handle the bits themselves
         lib.impl(op, impl, "PrivateUse1")
-        KERNELS[op] = kernel
 
     host_kernels._device_copy = executor.OpKernel(
         torch.ops.aten.copy_.default, registry.LOWERINGS[torch.ops.aten.copy.default], "inplace")

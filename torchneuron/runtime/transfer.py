@@ -15,13 +15,28 @@ def host_to_device(src: torch.Tensor, device_index: int):
     RuntimeError in a forked child of a device-using process (pjrt.check_not_forked)."""
     pjrt.check_not_forked()
     with profiler.record("neuron::host_to_device", [src]):
-        host = dtypes.numpy_view(src.detach().contiguous()).reshape(-1).copy()
+        values = dtypes.numpy_view(src.detach().contiguous()).reshape(-1)
+        host = _aligned_empty(values.size, values.dtype)
+        np.copyto(host, values)
         metrics.count("bytes_host_to_device", host.nbytes)
         try:
             return jax.device_put(host, pjrt.device(device_index))
         except jax.errors.JaxRuntimeError as exc:
             storage.raise_if_out_of_memory(exc, device_index)
             raise
+
+
+# XLA:CPU adopts host memory with this alignment as the device buffer instead of copying
+# it again; nothing else references `host_to_device`'s copy, so that is safe.
+_ALIGNMENT = 64
+
+
+def _aligned_empty(size: int, dtype: np.dtype) -> np.ndarray:
+    """A 1-D uninitialized array of `size` elements starting on an `_ALIGNMENT` boundary."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(size * dtype.itemsize + _ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start:start + size * dtype.itemsize].view(dtype)
 
 
 def covers_storage(meta) -> bool:
