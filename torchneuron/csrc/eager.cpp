@@ -40,6 +40,7 @@ namespace {
 PyObject* g_to_jax = nullptr;       // dict: torch dtype -> JAX dtype
 PyObject* g_int64_array = nullptr;  // list -> np.int64 array (the dynamic storage offsets)
 PyObject* g_run_failed = nullptr;   // (exception, device) -> raises it, or OutOfMemoryError
+PyObject* g_run_lock = nullptr;     // executor.RUN_LOCK (an RLock)
 
 PyObject* interned(const char* s) {
   PyObject* out = PyUnicode_InternFromString(s);
@@ -60,6 +61,38 @@ at::Tensor as_tensor(PyObject* obj) {
   return THPVariable_Unpack(obj);
 }
 
+// Holds executor.RUN_LOCK if it was free (or held by this thread); a busy lock leaves
+// the call to Python, which waits for it with the GIL released.
+class RunLock {
+ public:
+  RunLock() {
+    PyObject* ok = PyObject_CallMethodOneArg(g_run_lock, s_acquire(), Py_False);
+    if (!ok) throw py::error_already_set();
+    held_ = ok == Py_True;
+    Py_DECREF(ok);
+  }
+  ~RunLock() {
+    if (!held_) return;
+    PyObject* type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  // release even while an error propagates
+    PyObject* ok = PyObject_CallMethodNoArgs(g_run_lock, s_release());
+    Py_XDECREF(ok);
+    PyErr_Restore(type, value, tb);
+  }
+  bool held() const { return held_; }
+
+ private:
+  static PyObject* s_acquire() {
+    static PyObject* name = interned("acquire");
+    return name;
+  }
+  static PyObject* s_release() {
+    static PyObject* name = interned("release");
+    return name;
+  }
+  bool held_ = false;
+};
+
 class EagerKernel final : public c10::OperatorKernel {
  public:
   // kernel: the OpKernel; dtype_args: per schema argument, whether it is a ScalarType
@@ -72,7 +105,7 @@ class EagerKernel final : public c10::OperatorKernel {
       return_src_.push_back(src.is_none() ? -1 : src.cast<int>());
     }
     s_cache_ = interned("cache");
-    s_checks_ = interned("checks");
+    s_cpp_ = interned("cpp");
     s_reads_ = interned("reads");
     s_writes_ = interned("writes");
     s_fresh_ = interned("fresh");
@@ -155,8 +188,10 @@ class EagerKernel final : public c10::OperatorKernel {
     py::object entry_ref = py::reinterpret_borrow<py::object>(entry);
     // What torch._C._autograd._profiler_enabled (torchneuron.profiler.enabled) returns.
     if (torch::profiler::impl::profilerEnabled()) return false;
-    if (PyObject_Length(attr(entry, s_checks_).ptr()) != 0) return false;
+    if (!PyObject_IsTrue(attr(entry, s_cpp_).ptr())) return false;  // checks that live in Python
 
+    RunLock lock;
+    if (!lock.held()) return false;
     // Strong references: converting the offsets runs Python code, which may free storages.
     std::vector<py::object> inputs;
     py::object reads = attr(entry, s_reads_);
@@ -237,14 +272,15 @@ class EagerKernel final : public c10::OperatorKernel {
   PyObject* kinds_;     // kernel.kinds_t
   PyObject* defaults_;  // kernel.defaults_t
   std::vector<int> return_src_;  // per schema return: the argument it aliases, or -1 for a new tensor
-  PyObject *s_cache_, *s_checks_, *s_reads_, *s_writes_, *s_fresh_, *s_runs_, *s_fn_, *s_dispatch_;
+  PyObject *s_cache_, *s_cpp_, *s_reads_, *s_writes_, *s_fresh_, *s_runs_, *s_fn_, *s_dispatch_;
 };
 
 // The library holding the eager kernels; never destroyed (kernels live as long as the
 // process, like those of TORCH_LIBRARY_IMPL).
 torch::Library* g_library = nullptr;
 
-void set_eager_callbacks(py::object to_jax, py::object int64_array, py::object run_failed) {
+void set_eager_callbacks(py::object to_jax, py::object int64_array, py::object run_failed, py::object run_lock) {
+  g_run_lock = run_lock.release().ptr();
   g_to_jax = to_jax.release().ptr();
   g_int64_array = int64_array.release().ptr();
   g_run_failed = run_failed.release().ptr();

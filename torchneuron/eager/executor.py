@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -99,12 +100,19 @@ def functional_counterpart(op: torch._ops.OpOverload) -> Optional[torch._ops.OpO
     return None
 
 
+# Held from reading an executable's input buffers until its written buffers are stored:
+# executables donate the buffers they overwrite, so another thread's op on the same
+# storage must not read a buffer in between (it would be deleted under it). Ops thus
+# run one at a time, in order, as on one CUDA stream.
+RUN_LOCK = threading.RLock()
+
+
 class _Entry:
     """A compiled executable and what the executor needs to use its outputs."""
 
-    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs", "module")
+    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs", "module", "aliased", "cpp")
 
-    def __init__(self, fn, reads, writes, fresh, checks_, module):
+    def __init__(self, fn, reads, writes, fresh, checks_, module, aliased=None):
         self.fn = fn
         self.module = module  # the executable's HLO module name
         # Indices (into the call's tensor list) of one tensor per storage whose buffer
@@ -116,6 +124,13 @@ class _Entry:
         # an undefined tensor (a masked-out gradient), or an int for a SymInt output.
         self.fresh = fresh
         self.checks = checks_  # [(exc_type, message)] per device-side check flag
+        # A written storage is also read through another argument: whether they overlap
+        # depends on the storage offsets, which are not in the key, so every call checks
+        # (an `_Aliasing`), else None.
+        self.aliased = aliased
+        # Whether the C++ hot path (csrc/eager.cpp) may run this entry by itself: no
+        # device-side checks and no per-call aliasing checks, which live in Python.
+        self.cpp = not checks_ and aliased is None
         # Calls run so far: the hot path's only metrics cost is this increment.
         self.runs = 0
 
@@ -152,6 +167,11 @@ class OpKernel:
         self.checks_overlap = mode in ("inplace", "out") and (
             torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
         self.cache: Dict[tuple, _Entry] = {}
+        # TensorIterator refuses an in-place result its output cannot hold (an integer
+        # tensor's mul_(2.5)); not every meta kernel checks it, so the functional
+        # overload's meta result type is compared with the written tensors' dtypes.
+        self.cast_check = (functional_counterpart(op) if mode == "inplace" and (
+            torch.Tag.pointwise in op.tags or op.name().startswith("aten::_foreach_")) else None)
         self.kinds_t = tuple(self.kinds)
         self.one_fresh = self.return_src == [None] and not self.single_list
         self.defaults_t = tuple(self.defaults)
@@ -182,6 +202,8 @@ class OpKernel:
         entry = self.cache.get(key)
         if entry is None:
             return self._miss(key, values, tensors, metas, dyn, device)
+        if entry.aliased is not None and entry.aliased.sequential(values, metas):
+            return self._run_sequential(values)
         if _profiling():
             return self._run_profiled(entry, values, tensors, metas, dyn, device)
         return self._run(entry, values, metas, dyn, device)
@@ -201,6 +223,8 @@ class OpKernel:
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(values, tensors, metas, dyn, device)
             self.cache[key] = entry
+            if entry.aliased is not None and entry.aliased.sequential(values, metas):
+                return self._run_sequential(values)
             result = self._run_profiled(entry, values, tensors, metas, dyn, device)
         metrics.count("eager_executables_compiled")
         metrics.add_time("eager_compile_seconds", time.perf_counter() - start)
@@ -299,23 +323,24 @@ class OpKernel:
 
     def _run(self, entry: _Entry, values, metas, dyn, device):
         buffers = _buffers
-        inputs = [buffers.get(metas[j][0]) for j in entry.reads]
-        if None in inputs:  # storages never written yet read as zeros
-            inputs = [storage.buffer(metas[j][0], metas[j][6], dtypes.to_jax(metas[j][4]), device)
-                      for j in entry.reads]
-        if dyn:
-            inputs.extend(dyn)
-        if self.lowering.random:
-            inputs.extend(_rng_state(values, self.kinds, device))
-        entry.runs += 1
-        try:
-            outs = entry.fn(*inputs)
-        except jax.errors.JaxRuntimeError as exc:
-            run_failed(exc, device)
-        k = 0
-        for j in entry.writes:
-            buffers[metas[j][0]] = outs[k]
-            k += 1
+        with RUN_LOCK:
+            inputs = [buffers.get(metas[j][0]) for j in entry.reads]
+            if None in inputs:  # storages never written yet read as zeros
+                inputs = [storage.buffer(metas[j][0], metas[j][6], dtypes.to_jax(metas[j][4]), device)
+                          for j in entry.reads]
+            if dyn:
+                inputs.extend(dyn)
+            if self.lowering.random:
+                inputs.extend(_rng_state(values, self.kinds, device))
+            entry.runs += 1
+            try:
+                outs = entry.fn(*inputs)
+            except jax.errors.JaxRuntimeError as exc:
+                run_failed(exc, device)
+            k = 0
+            for j in entry.writes:
+                buffers[metas[j][0]] = outs[k]
+                k += 1
         results = []
         if entry.fresh:
             for spec in entry.fresh:
@@ -389,6 +414,7 @@ class OpKernel:
         read_slots = {geometry[j][0] for j in read_pos}
         if self.checks_overlap:
             overlap.check([_tensor_meta(_at(values, w[0])) for w in write_targets], [metas[j] for j in read_pos])
+        aliased = self._aliasing(values, metas, write_targets, read_pos, geometry)
         skip = set()
         for path, slot, shape, stride, offset, dt, src in write_targets:
             covers = (isinstance(offset, int) and offset == 0 and views.is_contiguous(shape, stride)
@@ -494,7 +520,46 @@ class OpKernel:
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
                       [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
-                       for m in fresh_specs], check_info, "jit_" + traced.__name__)
+                       for m in fresh_specs], check_info, "jit_" + traced.__name__, aliased)
+
+    def _aliasing(self, values, metas, write_targets, read_pos, geometry) -> Optional["_Aliasing"]:
+        """The per-call checks a call whose written storages are also read needs (None
+        when none are): partial overlap of a written and a read tensor (CPU's error), and,
+        for in-place `_foreach_` ops, overlap across list elements, which CPU resolves by
+        updating the elements one after another."""
+        positions = _positions(values, self.kinds)
+        where = {}  # (argument, list index) -> tensor position
+        for p, at in enumerate(positions):
+            where.setdefault(at, p)
+        written = [where[(w[0][0], w[0][1] if len(w[0]) > 1 else None)] for w in write_targets]
+        slot_of = [g[0] for g in geometry]
+        write_slots = {slot_of[p] for p in written}
+        overlap_reads = [j for j in read_pos if slot_of[j] in write_slots] if self.checks_overlap else []
+        pairs = []
+        if self.op.name().startswith("aten::_foreach_") and self.mode == "inplace" and len(written) > 1:
+            pairs = [(w, p) for w in written for p in range(len(positions))
+                     if p != w and slot_of[p] == slot_of[w] and positions[p][1] != positions[w][1]]
+        if not overlap_reads and not pairs:
+            return None
+        return _Aliasing([w[0] for w in write_targets] if overlap_reads else [], overlap_reads, pairs)
+
+    def _run_sequential(self, values):
+        """Runs an in-place `_foreach_` op one list element at a time (each a call of the
+        same op on one-element lists), as CPU's per-tensor loop does when the elements
+        share memory: a later element sees the earlier ones' updates."""
+        args = self.op._schema.arguments
+        n = len(values[0])
+        for k in range(n):
+            one = []
+            for a, v in zip(args, values):
+                if isinstance(a.type, torch.ListType) and isinstance(v, (list, tuple)) and len(v) == n:
+                    v = [v[k]]
+                elif a.name == "scalars" and isinstance(v, torch.Tensor):  # one scalar per element
+                    v = v[k:k + 1]
+                one.append(v)
+            self.op(*[v for v, a in zip(one, args) if not a.kwarg_only],
+                    **{a.name: v for v, a in zip(one, args) if a.kwarg_only})
+        return self._returns(values, [])
 
     def _write_targets(self, values, tensors, slots, geometry):
         """[(path, slot, shape, stride, offset, jax dtype, source)] for every tensor the
@@ -558,6 +623,8 @@ class OpKernel:
             return self._meta_from_lowering(values, exc)
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
+            if self.cast_check is not None:
+                _check_cast(_as_list(self.cast_check(*pos, **kw)), outs)
         elif self.mode == "out":
             outs = [margs[i] for i in self.out_idx]
         else:
@@ -581,6 +648,71 @@ def run_failed(exc: Exception, device: int):
 def int64_array(values) -> np.ndarray:
     """The dynamic storage offsets of a call, as the executable takes them."""
     return np.array(values, dtype=np.int64)
+
+
+_SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def _check_cast(results, outs) -> None:
+    """RuntimeError (CPU's message) if a result dtype cannot be cast to the dtype of the
+    tensor written in place (c10::canCast, as TensorIterator checks)."""
+    for r, o in zip(results, outs):
+        if isinstance(r, torch.Tensor) and isinstance(o, torch.Tensor) and not torch.can_cast(r.dtype, o.dtype):
+            name = _SCALAR_TYPE_NAMES.get
+            raise RuntimeError(f"result type {name(r.dtype, r.dtype)} can't be cast to the desired output type "
+                               f"{name(o.dtype, o.dtype)}")
+
+
+class _Aliasing:
+    """Per-call checks of an executable whose written storages are also read through
+    other arguments (see OpKernel._aliasing); positions index the call's tensor list."""
+
+    __slots__ = ("write_paths", "overlap_reads", "pairs")
+
+    def __init__(self, write_paths, overlap_reads, pairs):
+        self.write_paths = write_paths  # written arguments' paths, for the overlap check
+        self.overlap_reads = overlap_reads  # read positions sharing a written storage
+        self.pairs = pairs  # (written, other) positions in different _foreach_ elements
+
+    def sequential(self, values, metas) -> bool:
+        """Raises CPU's RuntimeError on a partial overlap of a written and a read tensor;
+        True when `_foreach_` elements overlap, so they must be updated in order."""
+        if self.overlap_reads:
+            overlap.check([_tensor_meta(_at(values, path)) for path in self.write_paths],
+                          [metas[j] for j in self.overlap_reads])
+        return any(_spans_meet(metas[w], metas[p]) for w, p in self.pairs)
+
+
+def _span(meta):
+    """[first, last] byte touched by a tensor (shim metadata) in its storage."""
+    shape, stride, offset, dtype = meta[1], meta[2], meta[3], meta[4]
+    size = dtype.itemsize
+    extent = sum((n - 1) * st for n, st in zip(shape, stride))
+    return offset * size, (offset + extent) * size + size - 1
+
+
+def _spans_meet(a, b) -> bool:
+    if any(n == 0 for n in a[1]) or any(n == 0 for n in b[1]):
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 <= b1 and b0 <= a1
+
+
+def _positions(values, kinds):
+    """Per tensor of a call's tensor list (OpKernel._signature's order): (argument
+    index, list index or None)."""
+    out = []
+    for i, (kind, v) in enumerate(zip(kinds, values)):
+        if kind == TENSOR:
+            if isinstance(v, torch.Tensor) and _tensor_meta(v) is not None:
+                out.append((i, None))
+        elif kind == TENSOR_LIST and v is not None:
+            out.extend((i, j) for j, t in enumerate(v) if t is not None and _tensor_meta(t) is not None)
+    return out
 
 
 def _dense_stride(shape, stride):

@@ -81,7 +81,8 @@ def install() -> None:
     from .. import ops as _ops  # noqa: F401
     from ..kernels import grouped_mm  # noqa: F401  (the kernel library's ATen lowerings)
 
-    shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, executor.int64_array, executor.run_failed)
+    shim.set_eager_callbacks(dtypes.TORCH_TO_JAX, executor.int64_array, executor.run_failed,
+                             executor.RUN_LOCK)
     lib = torch.library.Library("aten", "IMPL")
     _libs.append(lib)
 
@@ -92,7 +93,7 @@ def install() -> None:
         if config.EAGER_CPP and _runs_in_cpp(op, kernel):
             schema = op._schema
             name = schema.name.split("::")[1] + ("." + schema.overload_name if schema.overload_name else "")
-            shim.register_eager(name, kernel, [_is_dtype(a.type) for a in schema.arguments])
+            shim.register_eager(name, kernel, [_is_dtype(a.real_type) for a in schema.arguments])
             return
         impl = kernel
         if isinstance(kernel, executor.OpKernel) and math_bits.sees_math_bits(op):
