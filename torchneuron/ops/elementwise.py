@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import cast, is_float, result_type
+from ._common import cast, is_float, is_number, result_type
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -158,17 +158,46 @@ def pow(self, exponent):
 
 def _pow(self, exponent, out):
     c = _compute(out)
+    if is_number(exponent) and jnp.ndim(exponent) == 0 and not jnp.issubdtype(c, jnp.integer):
+        return _pow_scalar_exponent(cast(self, c), exponent, out, c)
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
         base = cast(self, c)
-        if exponent == 2:
-            return (base * base).astype(out)
-        if float(exponent).is_integer() and jnp.issubdtype(c, jnp.integer):
+        if float(exponent).is_integer():
             return lax.integer_pow(base, int(exponent)).astype(out) if exponent >= 0 else \
                 jnp.power(base, cast(exponent, c)).astype(out)
     a, b = cast(self, c), cast(exponent, c)
     if jnp.issubdtype(c, jnp.integer):
         return _int_pow(a, b).astype(out)
     return jnp.power(a, b).astype(out)
+
+
+def _pow_scalar_exponent(base, exponent, out, c):
+    """Floating/complex `base ** exponent` for a Scalar exponent (Python number or traced
+    weak scalar), as aten::pow.Tensor_Scalar computes it on CPU (Pow.cpp, PowKernel.cpp):
+    exponent 0 -> ones, 1 -> a copy; for float, double, bfloat16 and complex 0.5 -> sqrt,
+    -0.5 -> 1/sqrt, -1 -> 1/x (so (-inf)**0.5 is nan and (-0.)**0.5 is -0., unlike IEEE
+    pow); for float, double, bfloat16 and complex 2, 3, -2 -> x*x, x*x*x, 1/(x*x); else
+    std::pow. bfloat16 rounds after every step and half types round the exponent to
+    their own dtype first (CPU computes with `exp.to<scalar_t>()`)."""
+    half = jnp.dtype(out) in _HALF
+    rnd = (lambda v: v.astype(out).astype(c)) if half else (lambda v: v)
+    one = jnp.ones((), c)
+    special = jnp.dtype(out) != jnp.float16
+    # (exponent value, computation), tried in order; the last is the general case.
+    cases = [(0, lambda x: jnp.ones_like(x)), (1, lambda x: x)]
+    if special:
+        cases += [(0.5, lambda x: rnd(jnp.sqrt(x))), (-0.5, lambda x: rnd(one / rnd(jnp.sqrt(x)))),
+                  (-1, lambda x: rnd(one / x)), (2, lambda x: rnd(x * x)), (3, lambda x: rnd(rnd(x * x) * x)),
+                  (-2, lambda x: rnd(one / rnd(x * x)))]
+    e = jnp.asarray(exponent, out).astype(c) if half else exponent
+    general = (lambda x: jnp.power(x, cast(e, c)))
+    if isinstance(exponent, (bool, int, float, complex)):
+        fn = next((f for v, f in cases if exponent == v), general)
+        return fn(base).astype(out)
+    index = jnp.int32(len(cases))
+    for i in reversed(range(len(cases))):
+        index = jnp.where(exponent == cases[i][0], i, index)
+    return lax.switch(index, [f for _, f in cases] + [general], base).astype(out)
 
 
 _NEG_INT_POW = "Integers to negative integer powers are not allowed."
