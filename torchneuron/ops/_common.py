@@ -108,10 +108,20 @@ def is_float(d) -> bool:
     return _category(d) >= 2
 
 
-
-
-
-
+def convert(x, dtype):
+    """`x` (an array) converted to `dtype` as ATen's CPU conversions (static_cast, x86)
+    do, where XLA's convert saturates: floating -> integer truncates toward zero to a
+    32-bit integer (64-bit for int64 and uint32 targets) and wraps to `dtype` (-1.5 ->
+    uint8 255, 300.7 -> uint8 44); NaN and values outside that integer's range become
+    its minimum (cvttss2si's "integer indefinite"). Complex -> real keeps the real part."""
+    dtype = jnp.dtype(dtype)
+    if not (jnp.issubdtype(dtype, jnp.integer) and is_float(x.dtype)):
+        return x.astype(dtype)
+    via = jnp.dtype(jnp.int32 if dtype.itemsize <= 4 and dtype != jnp.uint32 else jnp.int64)
+    lo = float(jnp.iinfo(via).min)  # -2**31 or -2**63: exact in every floating type
+    t = jnp.trunc(jnp.real(x))
+    t = jnp.where((t >= lo) & (t < -lo), t, lo)  # NaN compares false
+    return t.astype(via).astype(dtype)
 
 
 def acc_type(d):

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import cast, is_float, is_number, result_type
+from ._common import cast, convert, is_float, is_number, result_type
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -758,7 +758,8 @@ def lerp(self, end, weight):
 # ------------------------------------------------------------------ dtype conversion
 @lowering(aten._to_copy.default, eager=False)
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
-    return self.astype(_out())
+    """`aten::_to_copy` in compiled graphs: converts like CPU (`convert`)."""
+    return convert(self, _out())
 
 
 @lowering(aten.clone.default)
