@@ -142,11 +142,11 @@ _CONVERT_NAMES = {
     jnp.dtype(jnp.complex64): "c10::complex<float>", jnp.dtype(jnp.complex128): "c10::complex<double>",
     jnp.dtype(jnp.uint16): "uint16_t", jnp.dtype(jnp.uint32): "uint32_t", jnp.dtype(jnp.uint64): "uint64_t",
 }
-# Traced floating Scalars converted to these types are not checked on the device: only
-# magnitudes past float32's range overflow, and a device-side check would take every
-# such call (masked_fill(-inf), clamp(min=0.), fill_(0.) on float32/bfloat16 tensors)
-# off the C++ eager hot path. Python-number Scalars (compiled graphs, static arguments)
-# are checked for every type.
+# Traced floating Scalars (complex ones into complex types) converted to these types are
+# not checked on the device: only magnitudes past float32's range overflow, and a
+# device-side check would take every such call (masked_fill(-inf), clamp(min=0.),
+# fill_(0.) on float32/bfloat16 tensors) off the C++ eager hot path. Python-number
+# Scalars (compiled graphs, static arguments) are checked for every type.
 _UNCHECKED_TRACED_FLOAT = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32), jnp.dtype(jnp.float64),
                            jnp.dtype(jnp.complex64), jnp.dtype(jnp.complex128))
 
@@ -188,7 +188,7 @@ def check_scalar(value, dtype) -> None:
     dtype = jnp.dtype(dtype)
     if dtype == jnp.bool_ or value is None:
         return  # every Scalar converts to bool
-    message = f"value cannot be converted to type {_CONVERT_NAMES[dtype]} without overflow"
+    message = f"value cannot be converted to type {_CONVERT_NAMES.get(dtype, dtype.name)} without overflow"
     if isinstance(value, (bool, int, float, complex)):
         kind = 0 if isinstance(value, bool) else 1 if isinstance(value, int) else 2 if isinstance(value, float) else 3
         if kind and _overflows(value, kind, dtype, _PyMath):
@@ -200,7 +200,7 @@ def check_scalar(value, dtype) -> None:
         return  # their bounds do not fit the traced int64/float64 comparisons; rare types
     if kind == 0 or (kind == 1 and (dtype == jnp.int64 or (is_float(dtype) and dtype != jnp.float16))):
         return  # cannot overflow
-    if kind == 2 and dtype in _UNCHECKED_TRACED_FLOAT:
+    if dtype in _UNCHECKED_TRACED_FLOAT and (kind == 2 or (kind == 3 and jnp.issubdtype(dtype, jnp.complexfloating))):
         return
     context().check(jnp.logical_not(_overflows(value, kind, dtype, jnp)), RuntimeError, message)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import _category, acc_type, cast, check_scalar, convert, is_float, is_number, result_type
+from ._common import _category, cast, check_scalar, convert, is_float, is_number, result_type
 from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
