@@ -104,6 +104,18 @@ def test_conversions(src, dst):
     check(lambda x: x.to(dst), cpu)
 
 
+@pytest.mark.parametrize("dst", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_float_to_int_conversion_wraps_like_cpu(dst):
+    """CPU converts floating -> integer by truncation through a 32/64-bit integer and
+    wraps (-1.5 -> uint8 255); XLA's convert saturates. Eager (copy_) and compiled
+    (_to_copy) conversions follow CPU."""
+    x = torch.tensor([-0.3, -1.5, -3.7, 2.5, 300.7, -300.2, 1e10, -1e10, float("nan"), float("inf")])
+    for src in (torch.float32, torch.float64, torch.bfloat16):
+        check(lambda t: t.to(dst), x.to(src))
+    compiled = torch.compile(lambda t: (t * 1).to(dst), backend="neuron")
+    assert torch.equal(compiled(x.to("neuron")).cpu(), x.to(dst))
+
+
 REINTERPRET = [
     (torch.float32, torch.int32), (torch.float32, torch.uint8), (torch.float32, torch.bfloat16),
     (torch.float32, torch.int16), (torch.uint8, torch.float32), (torch.bfloat16, torch.int16),

@@ -111,3 +111,16 @@ def test_int_pow_negative_scalar_raises_like_cpu(dtype):
         check(lambda t: torch.pow(t, torch.tensor(-2)), base)
     check(lambda e: torch.pow(2, e), torch.tensor([1, -2]))
     check(lambda t: t.pow(-2), torch.tensor([1.5, 2.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_pow_scalar_exponent_special_values_like_cpu(dtype):
+    """aten::pow.Tensor_Scalar: CPU computes exponents 0.5, -0.5, -1, 2, 3, -2 as sqrt,
+    1/sqrt, 1/x and products (not IEEE pow), so signed zeros and infinities differ from
+    pow: (-inf)**0.5 is nan, (-0.)**0.5 is -0., (-0.)**-0.5 is -inf."""
+    x = torch.tensor([-2.0, -0.5, 0.0, -0.0, 0.5, 1.7, 7.3, float("inf"), -float("inf"), float("nan")], dtype=dtype)
+    for e in [0.5, -0.5, -1, 2, 3, -2, 1 / 3, 0, 1, 2.5]:
+        actual = check(lambda t: torch.pow(t, e), x)
+        expected = torch.pow(x, e)
+        real = ~expected.isnan()  # NaN's sign bit is not specified
+        assert torch.equal(actual.cpu().signbit()[real], expected.signbit()[real]), e

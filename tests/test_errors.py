@@ -136,3 +136,63 @@ def test_allowed_aliasing_matches_cpu(name):
     ALLOWED_OVERLAP[name](cpu)
     ALLOWED_OVERLAP[name](dev)
     assert torch.equal(dev.cpu(), cpu)
+
+
+def _outcome(fn, device, dtype):
+    """(exception type, message) of fn on a 5-element `dtype` tensor on `device`, at the
+    op or at the next synchronization point; (None, result) when it succeeds."""
+    x = torch.arange(1, 6).to(dtype).to(device)
+    try:
+        out = fn(x)
+        if device == "neuron":
+            torch.neuron.synchronize()
+        return None, out.cpu()
+    except Exception as exc:  # noqa: BLE001 - comparing whatever is raised
+        return type(exc), str(exc)
+
+
+# Ops whose CPU kernels convert a Scalar argument with c10::checked_convert.
+SCALAR_OPS = {
+    "fill_": lambda x, v: x.fill_(v),
+    "masked_fill": lambda x, v: x.masked_fill(x > 2, v),
+    "masked_fill_tensor": lambda x, v: x.masked_fill(x > 2, torch.tensor(v)),
+    "full": lambda x, v: torch.full((3,), v, dtype=x.dtype, device=x.device),
+    "full_like": lambda x, v: torch.full_like(x, v),
+    "index_fill": lambda x, v: x.index_fill(0, torch.tensor([0, 2], device=x.device), v),
+    "scatter_value": lambda x, v: x.scatter(0, torch.tensor([0, 2], device=x.device), v),
+    "clamp": lambda x, v: x.clamp(max=v),
+    "constant_pad": lambda x, v: torch.constant_pad_nd(x, (1, 1), v),
+    "threshold": lambda x, v: torch.threshold(x, 2, v),
+    "add_alpha": lambda x, v: torch.add(x, x, alpha=v),
+    "pow": lambda x, v: x ** v,
+}
+
+
+@pytest.mark.parametrize("op", SCALAR_OPS, ids=str)
+def test_scalar_overflow_raises_like_cpu(op):
+    """uint8.fill_(300) and the like raise CPU's "value cannot be converted to type
+    uint8_t without overflow" (RuntimeError), also from a cached executable (the Scalar
+    is a dynamic argument); values that fit, and wrapping ints (uint8 -1), still work."""
+    fn = SCALAR_OPS[op]
+    cases = [(torch.uint8, 3), (torch.uint8, 300), (torch.int8, -129), (torch.float16, 1e5)]
+    if op not in ("pow", "add_alpha", "clamp"):
+        cases += [(torch.uint8, -1), (torch.int16, float("nan"))]
+    for dtype, value in cases:
+        with no_fallback():
+            got = _outcome(lambda x: fn(x, value), "neuron", dtype)
+        want = _outcome(lambda x: fn(x, value), "cpu", dtype)
+        assert got[0] is want[0], (dtype, value, got, want)
+        if want[0] is None:
+            assert torch.equal(got[1], want[1]), (dtype, value)
+        else:
+            assert got[1] == want[1], (dtype, value)
+
+
+def test_add_alpha_kind_errors_like_cpu():
+    """CPU's alpha_check: bool alpha needs a bool result, a floating one a floating
+    result; RuntimeError (PyTorch's meta kernel raised ValueError)."""
+    for alpha in (True, 2.5):
+        for fn in (lambda x: torch.add(x, x, alpha=alpha), lambda x: torch.sub(x, x, alpha=alpha),
+                   lambda x: x.add_(x, alpha=alpha), lambda x: torch.add(x, x, alpha=alpha, out=torch.empty_like(x))):
+            got, want = _outcome(fn, "neuron", torch.int64), _outcome(fn, "cpu", torch.int64)
+            assert got == want

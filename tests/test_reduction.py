@@ -270,3 +270,25 @@ def test_histc_integer_like_cuda():
         out = torch.histc(ids.to("neuron"), bins=8, min=0, max=7)
     assert out.dtype == torch.int32
     assert out.cpu().tolist() == torch.histc(ids.float(), bins=8, min=0, max=7).int().tolist()
+
+
+def test_reductions_convert_input_to_dtype_like_cpu():
+    """CPU's sum/nansum/prod/cumsum/cumprod with dtype= convert the input to `dtype`
+    before reducing (float16 rounds each element; negative floats wrap into uint8), and
+    refuse what their kernels lack: bool scans, complex nansum, complex softmax."""
+    x = make((4, 3)) * 3
+    for d in (torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int32):
+        check(lambda t: torch.sum(t, 0, dtype=d), x)
+        check(lambda t: torch.nansum(t, 0, dtype=d), x)
+        check(lambda t: torch.cumsum(t, 0, dtype=d), x, **_tol(d))
+        check(lambda t: torch.cumprod(t, 0, dtype=d), x, **_tol(d))
+    check(lambda t: torch.prod(t, 0, dtype=torch.uint8), x)
+    for fn in (lambda t: torch.cumsum(t, 0, dtype=torch.bool), lambda t: torch.cumprod(t, 0, dtype=torch.bool),
+               lambda t: torch.nansum(t, 0, dtype=torch.complex64), lambda t: torch.nansum(t.to(torch.complex64)),
+               lambda t: torch.softmax(t, 0, dtype=torch.complex64),
+               lambda t: torch.log_softmax(t, 1, dtype=torch.complex64)):
+        check_like_cpu(fn, x)
+        with pytest.raises(Exception):
+            fn(x)
+    check(lambda t: torch.cumsum(t[0, 0], 0, dtype=torch.bool), x)  # 0-dim: no kernel, no error
+    check(lambda t: torch.nansum(t, 0, dtype=torch.complex64), x.to(torch.int32))  # integers: sum

@@ -9,6 +9,7 @@ of their category.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import jax
@@ -18,6 +19,7 @@ import torch
 from jax._src import dtypes as jax_dtypes
 
 from ..runtime import dtypes as dt
+from .registry import context
 
 
 def _category(d) -> int:
@@ -108,10 +110,20 @@ def is_float(d) -> bool:
     return _category(d) >= 2
 
 
-
-
-
-
+def convert(x, dtype):
+    """`x` (an array) converted to `dtype` as ATen's CPU conversions (static_cast, x86)
+    do, where XLA's convert saturates: floating -> integer truncates toward zero to a
+    32-bit integer (64-bit for int64 and uint32 targets) and wraps to `dtype` (-1.5 ->
+    uint8 255, 300.7 -> uint8 44); NaN and values outside that integer's range become
+    its minimum (cvttss2si's "integer indefinite"). Complex -> real keeps the real part."""
+    dtype = jnp.dtype(dtype)
+    if not (jnp.issubdtype(dtype, jnp.integer) and is_float(x.dtype)):
+        return x.astype(dtype)
+    via = jnp.dtype(jnp.int32 if dtype.itemsize <= 4 and dtype != jnp.uint32 else jnp.int64)
+    lo = float(jnp.iinfo(via).min)  # -2**31 or -2**63: exact in every floating type
+    t = jnp.trunc(jnp.real(x))
+    t = jnp.where((t >= lo) & (t < -lo), t, lo)  # NaN compares false
+    return t.astype(via).astype(dtype)
 
 
 def acc_type(d):
@@ -120,3 +132,83 @@ def acc_type(d):
     if d in (jnp.float16, jnp.bfloat16):
         return jnp.dtype(jnp.float32)
     return d
+
+
+# c10's names of scalar types in "value cannot be converted to type X without overflow".
+_CONVERT_NAMES = {
+    jnp.dtype(jnp.uint8): "uint8_t", jnp.dtype(jnp.int8): "int8_t", jnp.dtype(jnp.int16): "int16_t",
+    jnp.dtype(jnp.int32): "int", jnp.dtype(jnp.int64): "int64_t", jnp.dtype(jnp.float16): "c10::Half",
+    jnp.dtype(jnp.bfloat16): "c10::BFloat16", jnp.dtype(jnp.float32): "float", jnp.dtype(jnp.float64): "double",
+    jnp.dtype(jnp.complex64): "c10::complex<float>", jnp.dtype(jnp.complex128): "c10::complex<double>",
+    jnp.dtype(jnp.uint16): "uint16_t", jnp.dtype(jnp.uint32): "uint32_t", jnp.dtype(jnp.uint64): "uint64_t",
+}
+# Traced floating Scalars (complex ones into complex types) converted to these types are
+# not checked on the device: only magnitudes past float32's range overflow, and a
+# device-side check would take every such call (masked_fill(-inf), clamp(min=0.),
+# fill_(0.) on float32/bfloat16 tensors) off the C++ eager hot path. Python-number
+# Scalars (compiled graphs, static arguments) are checked for every type.
+_UNCHECKED_TRACED_FLOAT = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32), jnp.dtype(jnp.float64),
+                           jnp.dtype(jnp.complex64), jnp.dtype(jnp.complex128))
+
+
+def _overflows(v, kind: int, dtype, xp):
+    """c10's `overflows<To, From>` of Scalar `v` of category `kind` (1 integer, 2
+    floating, 3 complex) into `dtype`, measured on CPU: integers may wrap into unsigned
+    types from as low as -max; floats must be finite and in [lowest, max + 1) for
+    integer types, in [lowest, max] (or infinite or NaN) for floating types; complex ->
+    real needs a zero imaginary part. `xp` is math for Python numbers or jnp for traced
+    values."""
+    dtype = jnp.dtype(dtype)
+    if kind == 3:
+        re, im = xp.real(v), xp.imag(v)
+        imag_bad = (im != 0) if not jnp.issubdtype(dtype, jnp.complexfloating) else _overflows(im, 2, dtype, xp)
+        return _overflows(re, 2, dtype, xp) | imag_bad
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        dtype = jnp.dtype(jnp.float32 if dtype == jnp.complex64 else jnp.float64)
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        lo, hi = int(info.min), int(info.max)
+        if kind == 1:
+            if lo == 0:
+                return (v > hi) | (v < -hi)
+            return (v < lo) | (v > hi)
+        return xp.logical_not((v >= float(lo)) & (v < float(hi) + 1))  # NaN compares false: overflows
+    lo, hi = float(jnp.finfo(dtype).min), float(jnp.finfo(dtype).max)
+    return xp.isfinite(v) & ((v < lo) | (v > hi))  # infinities and NaN convert
+
+
+def check_scalar(value, dtype) -> None:
+    """CPU's `Scalar::to<T>()` (c10::checked_convert) of a Scalar argument converted to
+    `dtype`: RuntimeError "value cannot be converted to type uint8_t without overflow"
+    for `uint8_tensor.fill_(300)`, `masked_fill(m, 1e5)` on float16, ... (CPU checks
+    these; `uint8_tensor + 300` it does not). A Python number is checked now; a traced
+    Scalar (eager passes them as dynamic arguments) on the device, raising at the op or
+    the next synchronization point. A 0-dim tensor value (masked_fill.Tensor) is
+    checked the same way, as CPU converts its `item()`."""
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bool_ or value is None:
+        return  # every Scalar converts to bool
+    message = f"value cannot be converted to type {_CONVERT_NAMES.get(dtype, dtype.name)} without overflow"
+    if isinstance(value, (bool, int, float, complex)):
+        kind = 0 if isinstance(value, bool) else 1 if isinstance(value, int) else 2 if isinstance(value, float) else 3
+        if kind and _overflows(value, kind, dtype, _PyMath):
+            raise RuntimeError(message)
+        return
+    value = jnp.asarray(value)
+    kind = _category(value.dtype)
+    if dtype in (jnp.uint32, jnp.uint64):
+        return  # their bounds do not fit the traced int64/float64 comparisons; rare types
+    if kind == 0 or (kind == 1 and (dtype == jnp.int64 or (is_float(dtype) and dtype != jnp.float16))):
+        return  # cannot overflow
+    if dtype in _UNCHECKED_TRACED_FLOAT and (kind == 2 or (kind == 3 and jnp.issubdtype(dtype, jnp.complexfloating))):
+        return
+    context().check(jnp.logical_not(_overflows(value, kind, dtype, jnp)), RuntimeError, message)
+
+
+class _PyMath:
+    """`_overflows`'s math on Python numbers."""
+
+    real = staticmethod(lambda v: v.real)
+    imag = staticmethod(lambda v: v.imag)
+    logical_not = staticmethod(lambda v: not v)
+    isfinite = staticmethod(math.isfinite)

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import cast, is_float, result_type
-from .registry import context, lowering
+from ._common import _category, cast, check_scalar, convert, is_float, is_number, result_type
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -39,9 +39,43 @@ def _alpha(x, alpha):
     return x if alpha is None or (isinstance(alpha, (int, float)) and alpha == 1) else x * alpha
 
 
+def _alpha_kind_check(out_kind: int, alpha) -> None:
+    """CPU's alpha_check (BinaryOps.h) for a result of category `out_kind` (0 bool,
+    1 integer, 2 floating, 3 complex): a bool alpha needs a bool result, a floating one
+    a floating or complex result, a complex one a complex result. A traced alpha's kind
+    is its JAX dtype (the cache key holds the Python type, so each kind is traced)."""
+    kind = _category(jnp.asarray(alpha).dtype) if not isinstance(alpha, (bool, int, float, complex)) else \
+        0 if isinstance(alpha, bool) else 1 if isinstance(alpha, int) else 2 if isinstance(alpha, float) else 3
+    if kind == 0 and out_kind != 0:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if kind >= 2 and out_kind < 2:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if kind == 3 and out_kind != 3:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+def _check_alpha(out, alpha):
+    """add/sub's `alpha`: CPU's alpha_check, then it must fit the result type."""
+    _alpha_kind_check(_category(out), alpha)
+    check_scalar(alpha, out)
+
+
+@meta_check(aten.add.Tensor, aten.add.out, aten.sub.Tensor, aten.sub.out, aten.rsub.Tensor, aten.rsub.Scalar)
+def _alpha_meta_check(self, other, alpha=1, **_):
+    """PyTorch's Python meta kernels of these raise ValueError for a floating alpha on
+    integers; CPU's alpha_check raises RuntimeError first. (Symbolic alphas of traced
+    graphs are left to PyTorch.)"""
+    if not isinstance(alpha, (bool, int, float, complex)):
+        return
+    dtype = torch.result_type(self, other)
+    _alpha_kind_check(0 if dtype == torch.bool else 3 if dtype.is_complex else 2 if dtype.is_floating_point else 1,
+                      alpha)
+
+
 @lowering(aten.add.Tensor, aten.add.Scalar)
 def add(self, other, alpha=1):
     out = _out()
+    _check_alpha(out, alpha)
     c = _compute(out)
     if out == jnp.bool_:
         return jnp.logical_or(cast(self, jnp.bool_), cast(other, jnp.bool_))
@@ -53,6 +87,7 @@ def sub(self, other, alpha=1):
     out = _out()
     if out == jnp.bool_:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
+    _check_alpha(out, alpha)
     c = _compute(out)
     return (cast(self, c) - _alpha(cast(other, c), alpha)).astype(out)
 
@@ -139,6 +174,7 @@ def fmod(self, other):
 def pow_tensor_scalar(self, exponent):
     """aten::pow.Tensor_Scalar: `pow`, after CPU's negative-integer-exponent check."""
     _check_int_pow_exponent(self, exponent)
+    _check_pow_exponent_fits(_out(), exponent)
     return pow(self, exponent)
 
 
@@ -148,6 +184,7 @@ def pow__scalar(self, exponent):
     the in-place/functional name matching would pair it with pow.Scalar (Scalar self,
     Tensor exponent), which skips pow.Tensor_Scalar's negative-exponent check."""
     _check_int_pow_exponent(self, exponent)
+    _check_pow_exponent_fits(self.dtype, exponent)
     return (), {"self": _pow(self, exponent, self.dtype)}
 
 
@@ -158,11 +195,11 @@ def pow(self, exponent):
 
 def _pow(self, exponent, out):
     c = _compute(out)
+    if is_number(exponent) and jnp.ndim(exponent) == 0 and not jnp.issubdtype(c, jnp.integer):
+        return _pow_scalar_exponent(cast(self, c), exponent, out, c)
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
         base = cast(self, c)
-        if exponent == 2:
-            return (base * base).astype(out)
-        if float(exponent).is_integer() and jnp.issubdtype(c, jnp.integer):
+        if float(exponent).is_integer():
             return lax.integer_pow(base, int(exponent)).astype(out) if exponent >= 0 else \
                 jnp.power(base, cast(exponent, c)).astype(out)
     a, b = cast(self, c), cast(exponent, c)
@@ -171,7 +208,44 @@ def _pow(self, exponent, out):
     return jnp.power(a, b).astype(out)
 
 
+def _pow_scalar_exponent(base, exponent, out, c):
+    """Floating/complex `base ** exponent` for a Scalar exponent (Python number or traced
+    weak scalar), as aten::pow.Tensor_Scalar computes it on CPU (Pow.cpp, PowKernel.cpp):
+    exponent 0 -> ones, 1 -> a copy; for float, double, bfloat16 and complex 0.5 -> sqrt,
+    -0.5 -> 1/sqrt, -1 -> 1/x (so (-inf)**0.5 is nan and (-0.)**0.5 is -0., unlike IEEE
+    pow); for float, double, bfloat16 and complex 2, 3, -2 -> x*x, x*x*x, 1/(x*x); else
+    std::pow. bfloat16 rounds after every step and half types round the exponent to
+    their own dtype first (CPU computes with `exp.to<scalar_t>()`)."""
+    half = jnp.dtype(out) in _HALF
+    rnd = (lambda v: v.astype(out).astype(c)) if half else (lambda v: v)
+    one = jnp.ones((), c)
+    special = jnp.dtype(out) != jnp.float16
+    # (exponent value, computation), tried in order; the last is the general case.
+    cases = [(0, lambda x: jnp.ones_like(x)), (1, lambda x: x)]
+    if special:
+        cases += [(0.5, lambda x: rnd(jnp.sqrt(x))), (-0.5, lambda x: rnd(one / rnd(jnp.sqrt(x)))),
+                  (-1, lambda x: rnd(one / x)), (2, lambda x: rnd(x * x)), (3, lambda x: rnd(rnd(x * x) * x)),
+                  (-2, lambda x: rnd(one / rnd(x * x)))]
+    e = jnp.asarray(exponent, out).astype(c) if half else exponent
+    general = (lambda x: jnp.power(x, cast(e, c)))
+    if isinstance(exponent, (bool, int, float, complex)):
+        fn = next((f for v, f in cases if exponent == v), general)
+        return fn(base).astype(out)
+    index = jnp.int32(len(cases))
+    for i in reversed(range(len(cases))):
+        index = jnp.where(exponent == cases[i][0], i, index)
+    return lax.switch(index, [f for _, f in cases] + [general], base).astype(out)
+
+
 _NEG_INT_POW = "Integers to negative integer powers are not allowed."
+
+
+def _check_pow_exponent_fits(out, exponent):
+    """CPU's pow.Tensor_Scalar converts the exponent to the tensor's type for integer,
+    float16 and bfloat16 results (`exp.to<scalar_t>()`, checked: uint8 ** 300 raises),
+    to double or complex<double> otherwise."""
+    if jnp.issubdtype(out, jnp.integer) or jnp.dtype(out) in _HALF:
+        check_scalar(exponent, out)
 
 
 def _check_int_pow_exponent(self, exponent):
@@ -383,7 +457,12 @@ def where(condition, self, other):
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 def clamp(self, min=None, max=None):
+    """`aten::clamp` (Scalar or Tensor bounds); Scalar bounds must fit the result type
+    (c10::checked_convert), as on CPU."""
     out = _out()
+    for bound in (min, max):
+        if is_number(bound):
+            check_scalar(bound, out)
     c = _compute(out)
     x = cast(self, c)
     if min is not None:
@@ -637,6 +716,10 @@ def threshold_backward(grad_output, self, threshold):
 
 @lowering(aten.threshold.default)
 def threshold(self, threshold, value):
+    """`aten::threshold`: `value` where self <= `threshold`; both Scalars must fit
+    self's dtype, as on CPU."""
+    check_scalar(threshold, self.dtype)
+    check_scalar(value, self.dtype)
     return jnp.where(self <= threshold, cast(value, self.dtype), self)
 
 
@@ -652,6 +735,9 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
 
 @lowering(aten.hardtanh.default)
 def hardtanh(self, min_val=-1, max_val=1):
+    """`aten::hardtanh`: clip to [min_val, max_val], which must fit self's dtype (CPU)."""
+    check_scalar(min_val, self.dtype)
+    check_scalar(max_val, self.dtype)
     return jnp.clip(self, cast(min_val, self.dtype), cast(max_val, self.dtype))
 
 
@@ -705,15 +791,20 @@ def logit(self, eps=None):
 # ------------------------------------------------------------------ ternary
 @lowering(aten.addcmul.default)
 def addcmul(self, tensor1, tensor2, value=1):
+    """`aten::addcmul`: self + value * t1 * t2; `value` must fit the compute type
+    (float32 for half types), as on CPU."""
     out = _out()
     c = _compute(out)
+    check_scalar(value, c)
     return (cast(self, c) + _alpha(cast(tensor1, c) * cast(tensor2, c), value)).astype(out)
 
 
 @lowering(aten.addcdiv.default)
 def addcdiv(self, tensor1, tensor2, value=1):
+    """`aten::addcdiv`: self + value * t1 / t2 (`value` checked as in addcmul)."""
     out = _out()
     c = _compute(out)
+    check_scalar(value, c)
     return (cast(self, c) + _alpha(cast(tensor1, c) / cast(tensor2, c), value)).astype(out)
 
 
@@ -729,7 +820,8 @@ def lerp(self, end, weight):
 # ------------------------------------------------------------------ dtype conversion
 @lowering(aten._to_copy.default, eager=False)
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
-    return self.astype(_out())
+    """`aten::_to_copy` in compiled graphs: converts like CPU (`convert`)."""
+    return convert(self, _out())
 
 
 @lowering(aten.clone.default)
@@ -739,7 +831,11 @@ def clone(self, memory_format=None):
 
 @lowering(aten.fill.Scalar, aten.fill.Tensor)
 def fill(self, value):
+    """`aten::fill` (`fill_`, `full_like` and `new_full` in eager): `value` must fit the
+    dtype, as on CPU (a 0-dim tensor value, fill.Tensor, is copied unchecked like CPU)."""
     out = context().out()
+    if is_number(value):
+        check_scalar(value, out.dtype)
     return jnp.full(out.shape, cast(value, out.dtype), out.dtype)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ._common import check_scalar
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -70,8 +71,10 @@ def arange(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=
 @lowering(aten.full.default)
 def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::full`: `size` filled with `fill_value`, converted to the dtype PyTorch
-    inferred (bool -> bool, int -> int64, float -> default dtype)."""
+    inferred (bool -> bool, int -> int64, float -> default dtype); it must fit that
+    dtype, as on CPU."""
     out = context().out()
+    check_scalar(fill_value, out.dtype)
     return jnp.full(out.shape, jnp.asarray(fill_value).astype(out.dtype))
 
 

@@ -25,8 +25,8 @@ from jax import lax
 
 from ..eager import host_kernels
 from ..runtime import dtypes
-from ._common import acc_type, cast, is_float
-from .registry import LOWERINGS, context, lowering
+from ._common import acc_type, cast, check_scalar, is_float, is_number
+from .registry import LOWERINGS, context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -390,13 +390,19 @@ def _scatter(self, dim, index, src, reduce=None):
 @lowering(aten.scatter.src, aten.scatter.value)
 def scatter(self, dim, index, src):
     """`aten::scatter.src/.value`: ``self[index[i][j]][j] = src[i][j]`` (dim 0);
-    with duplicate indices one of the writes wins, as on CPU."""
+    with duplicate indices one of the writes wins, as on CPU. A Scalar `value` must
+    fit self's dtype."""
+    if is_number(src):
+        check_scalar(src, self.dtype)
     return _scatter(self, dim, index, src)
 
 
 @lowering(aten.scatter.reduce, aten.scatter.value_reduce, static=("reduce",))
 def scatter_reduce_legacy(self, dim, index, src, reduce):
-    """`aten::scatter.reduce/.value_reduce`: scatter with reduce "add" or "multiply"."""
+    """`aten::scatter.reduce/.value_reduce`: scatter with reduce "add" or "multiply"
+    (a Scalar `value` checked as in `scatter`)."""
+    if is_number(src):
+        check_scalar(src, self.dtype)
     return _scatter(self, dim, index, src, reduce)
 
 
@@ -530,7 +536,9 @@ def index_copy(self, dim, index, source):
 @lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(self, dim, index, value):
     """`aten::index_fill`: the slices of `self` at `index` along `dim` set to
-    `value`; negative indices wrap, others outside range raise IndexError."""
+    `value`; negative indices wrap, others outside range raise IndexError. `value`
+    must fit self's dtype, as on CPU."""
+    check_scalar(value, self.dtype)
     x = self.reshape(1) if self.ndim == 0 else self
     d = dim % x.ndim
     idx = checked(index.reshape(-1), x.shape[d], IndexError, _oob(d, x.shape[d]), negative=True)
@@ -570,12 +578,22 @@ def put(self, index, source, accumulate=False):
 
 
 # ------------------------------------------------------------------ masked ops
+@meta_check(aten.masked_fill.Scalar, aten.masked_fill.Scalar_out)
+def _masked_fill_meta_check(self, mask, value, **_):
+    """PyTorch's Python meta kernel converts `value` with int(): ValueError/OverflowError
+    for NaN/inf on integer tensors, where CPU raises its overflow RuntimeError.
+    (Symbolic values of traced graphs are left to PyTorch.)"""
+    if isinstance(value, (bool, int, float, complex)):
+        check_scalar(value, dtypes.to_jax(self.dtype))
+
+
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(self, mask, value):
     """`aten::masked_fill` (and `masked_fill_`): `value` (a number or 0-dim tensor,
     converted to self's dtype) where `mask` is True. Non-bool masks raise in PyTorch's
     checks before this runs."""
     out = context().out()
+    check_scalar(value, self.dtype)
     return jnp.where(mask, cast(value, self.dtype), self).astype(out.dtype)
 
 

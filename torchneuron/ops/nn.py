@@ -17,6 +17,7 @@ from jax import lax
 
 from ..kernels import attention
 from ._common import acc_type
+from .indexing import type_name
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -67,11 +68,22 @@ def _softmax_dim(x, dim):
     return (x.reshape(1), 0) if x.ndim == 0 else (x, dim % x.ndim)
 
 
+def _require_softmax_dtype(x, dim, name: str):
+    """CPU's dtype errors of aten::_softmax / _log_softmax (SoftMaxKernel.cpp): only
+    floating types are implemented, named by the kernel the dim selects (integer input,
+    or complex as from softmax(x, dtype=complex64))."""
+    last = x.ndim == 0 or dim % x.ndim == x.ndim - 1
+    kernel = f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl"
+    if jnp.iscomplexobj(x):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{type_name(x.dtype)}\'')
+    _require_float(x, kernel)
+
+
 @lowering(aten._softmax.default)
 def softmax(self, dim, half_to_float):
     """aten::_softmax: exp(x - max) / sum along `dim`; rows of -inf give NaN like CPU.
     half_to_float (float32 output for a half input) works as on CUDA; CPU rejects it."""
-    _require_float(self, "softmax_lastdim_kernel_impl")
+    _require_softmax_dtype(self, dim, "softmax")
     x, d = _softmax_dim(_acc(self), dim)
     e = jnp.exp(x - jnp.max(x, axis=d, keepdims=True))
     return (e / jnp.sum(e, axis=d, keepdims=True)).reshape(self.shape)
@@ -80,7 +92,7 @@ def softmax(self, dim, half_to_float):
 @lowering(aten._log_softmax.default)
 def log_softmax(self, dim, half_to_float):
     """aten::_log_softmax: x - max - log(sum(exp(x - max))) along `dim`."""
-    _require_float(self, "log_softmax_lastdim_kernel_impl")
+    _require_softmax_dtype(self, dim, "log_softmax")
     x, d = _softmax_dim(_acc(self), dim)
     shifted = x - jnp.max(x, axis=d, keepdims=True)
     return (shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=d, keepdims=True))).reshape(self.shape)

@@ -15,7 +15,7 @@ import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
-from ._common import acc_type, is_float
+from ._common import acc_type, convert, is_float
 from .indexing import not_implemented
 from .registry import context, lowering
 
@@ -52,19 +52,32 @@ def _count(shape, axes) -> int:
 
 
 # ------------------------------------------------------------------ sums and products
+def _as_out(x):
+    """`x` converted to the output dtype, as CPU's reductions with `dtype=` convert their
+    input before reducing (sum(f32, dtype=float16) rounds each element to half first,
+    sum(-1.5, dtype=uint8) adds 255)."""
+    return convert(x, context().out_dtype())
+
+
 @lowering(aten.sum.dim_IntList)
 def sum_(self, dim=None, keepdim=False, dtype=None):
     """`aten::sum.dim_IntList` (`torch.sum`, `sum.IntList_out`): bool and integer
     inputs sum in int64, half types in float32."""
     acc = acc_type(context().out_dtype())
-    return _shaped(jnp.sum(self.astype(acc), axis=_axes(dim, self.ndim)))
+    return _shaped(jnp.sum(_as_out(self).astype(acc), axis=_axes(dim, self.ndim)))
 
 
 @lowering(aten.nansum.default)
 def nansum(self, dim=None, keepdim=False, dtype=None):
-    """`aten::nansum`: `sum` counting NaN as zero."""
-    acc = acc_type(context().out_dtype())
-    x = self.astype(acc)
+    """`aten::nansum`: `sum` counting NaN as zero. Complex input, or floating input with
+    a complex `dtype`, are not implemented on CPU."""
+    out = context().out_dtype()
+    if jnp.iscomplexobj(self):
+        raise RuntimeError("nansum on CPU does not support complex inputs")
+    if is_float(self.dtype) and jnp.issubdtype(out, jnp.complexfloating):  # integers take sum's path
+        raise not_implemented("nansum_cpu", out)
+    acc = acc_type(out)
+    x = _as_out(self).astype(acc)
     if is_float(acc):
         x = jnp.where(jnp.isnan(x), jnp.zeros((), acc), x)
     return _shaped(jnp.sum(x, axis=_axes(dim, self.ndim)))
@@ -91,7 +104,7 @@ def prod_dim(self, dim, keepdim=False, dtype=None):
     """`aten::prod.dim_int`: product along `dim`; bool and integer inputs multiply in
     int64 (wrapping on overflow like CPU), half types in float32."""
     acc = acc_type(context().out_dtype())
-    return _shaped(jnp.prod(self.astype(acc), axis=_axes(dim, self.ndim)))
+    return _shaped(jnp.prod(_as_out(self).astype(acc), axis=_axes(dim, self.ndim)))
 
 
 @lowering(aten.prod.default)
@@ -326,11 +339,21 @@ def norm(self, p=2, dim=(), keepdim=False, dtype=None):
 
 
 # ------------------------------------------------------------------ scans
+def _scan_input(self, kernel: str):
+    """cumsum/cumprod's input as CPU scans it: converted to the output dtype (`dtype=`),
+    in float32 for half types. Bool output is not implemented on CPU (a 0-dim or empty
+    input returns before the kernel's dtype dispatch)."""
+    out = context().out_dtype()
+    if out == jnp.bool_ and self.ndim and self.size:
+        raise not_implemented(kernel, out)
+    return _as_out(self).astype(acc_type(out))
+
+
 @lowering(aten.cumsum.default)
 def cumsum(self, dim, dtype=None):
     """`aten::cumsum`: running sum along `dim`; integers and bool in int64, half
     types in float32."""
-    x = self.astype(acc_type(context().out_dtype()))
+    x = _scan_input(self, "cumsum_out_cpu")
     axis = _axis(dim, self.ndim)
     return _shaped(x if axis is None else jnp.cumsum(x, axis=axis))
 
@@ -338,7 +361,7 @@ def cumsum(self, dim, dtype=None):
 @lowering(aten.cumprod.default)
 def cumprod(self, dim, dtype=None):
     """`aten::cumprod`: running product along `dim` (accumulation as `cumsum`)."""
-    x = self.astype(acc_type(context().out_dtype()))
+    x = _scan_input(self, "cumprod_out_cpu")
     axis = _axis(dim, self.ndim)
     return _shaped(x if axis is None else jnp.cumprod(x, axis=axis))
 

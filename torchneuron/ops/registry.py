@@ -136,3 +136,34 @@ class tracing:
 
     def __exit__(self, *exc):
         _local.ctx = self.prev
+
+
+_meta_lib = None
+
+
+def meta_check(*ops):
+    """Registers `check(*args, **kwargs)` to run before PyTorch's own Python meta kernel
+    of each of `ops` (the decomposition `torch._meta_registrations` installed on the
+    Meta key). For Scalar checks CPU's C++ kernels make and those Python kernels
+    get wrong: they raise ValueError where CPU raises RuntimeError (add(int, int,
+    alpha=2.5), masked_fill(int, m, nan)). The eager executor runs the Meta kernel before
+    the lowering, and fake tensors (torch.compile) consult it too. Returns `check`."""
+    from torch._decomp import global_decomposition_table
+
+    def register(check):
+        global _meta_lib
+        if _meta_lib is None:
+            _meta_lib = torch.library.Library("aten", "IMPL")
+        for op in ops:
+            # The kernel _meta_registrations.activate_meta registered: the first table holding op.
+            inner = next(table[op] for table in (global_decomposition_table[k] for k in
+                                                 ("meta", "post_autograd", "pre_autograd")) if op in table)
+
+            def meta(*args, _inner=inner, **kwargs):
+                check(*args, **kwargs)
+                return _inner(*args, **kwargs)
+
+            _meta_lib.impl(op, meta, "Meta")
+        return check
+
+    return register

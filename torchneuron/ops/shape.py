@@ -19,6 +19,7 @@ import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
+from ._common import check_scalar
 from .indexing import bucket, host_kernel, lowered
 from .registry import context, lowering
 
@@ -62,7 +63,9 @@ def roll(self, shifts, dims=()):
 @lowering(aten.constant_pad_nd.default)
 def constant_pad_nd(self, pad, value=0):
     """`aten::constant_pad_nd` (`F.pad` mode "constant"): pads (or, for negative
-    amounts, crops) the last len(pad)/2 dims, pairs given last dim first."""
+    amounts, crops) the last len(pad)/2 dims, pairs given last dim first. `value`
+    must fit self's dtype, as on CPU."""
+    check_scalar(value, self.dtype)
     config = [(0, 0, 0)] * self.ndim
     for i in range(len(pad) // 2):  # pair i pads dim -1 - i
         config[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
