@@ -8,6 +8,8 @@ and their stage results are asserted. The full sweep is one command:
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -50,7 +52,7 @@ def test_runner_isolates_a_hung_model(tmp_path):
     # errs with a Timeout and no later stage ran), depending on how fast the machine is.
     if result["covered"]:
         stages = list(result["stages"].values())
-        assert stages[-1].get("error_type") == "Timeout", result
+        assert stages[-1]["status"] == "timeout" and stages[-1]["error_type"] == "Timeout", result
         assert all(s["status"] == "pass" for s in stages[:-1]), result
     else:
         assert result["reason"].startswith("Timeout"), result
@@ -60,3 +62,22 @@ def test_runner_isolates_a_hung_model(tmp_path):
     # Resumable: a second run finds the model in the file and runs nothing.
     again = runner.sweep(names=["timm/test_vit"], out=str(out), timeout_s=0.001, progress=False)
     assert again["models"] == results["models"]
+
+
+def _die_at_start(*args):
+    """A worker target that is killed before it opens its log (as by the OOM killer)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_worker_dying_before_its_log_opens_is_that_models_error(tmp_path, monkeypatch):
+    # The fork server imports this module by name to run the replaced target.
+    monkeypatch.setattr(runner.worker, "child", _die_at_start)
+    out = tmp_path / "results.json"
+    names = ["timm/test_resnet", "timm/test_vit"]
+    results = runner.sweep(names=names, out=str(out), timeout_s=60, progress=False)
+    # Both recorded (the sweep went on after the first), with the signal that killed them.
+    for name in names:
+        reason = results["models"][name]["reason"]
+        assert reason.startswith("Crash: worker killed by signal SIGKILL"), reason
+        assert "no log" in reason, reason
+    assert json.loads(out.read_text())["models"] == results["models"]

@@ -101,3 +101,13 @@ def test_report_renders_in_headless_chromium(tmp_path):
     # included); the page itself logs nothing.
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console
+
+
+def test_timeout_is_its_own_status():
+    slow = _model("timm/slow", ["pass", "pass", "timeout", "skip"])
+    slow["stages"]["backward"].update(error_type="Timeout", error="model exceeded the 150 s limit")
+    results = {"meta": {}, "models": {"timm/slow": slow}}
+    assert report.stage_counts(results)["backward"] == {"timeout": 1}
+    assert report.failure_classes(results) == [("backward", "Timeout", "", 1, ["timm/slow"])]
+    assert "backward timeout=1" in report.text_summary(results)
+    assert '<td class="timeout">timeout</td>' in report.render_html(results)

@@ -4,8 +4,10 @@ resumable results file.
 The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}``
 (a result as `worker.run_model` returns it), rewritten atomically after every model.
 Models already in it are not run again, so an interrupted sweep continues where it
-stopped. A worker that crashes or outlives its time limit is killed; the stages it finished are kept and the stage it was in is recorded as an error
-of class ``Timeout`` or ``Crash``.
+stopped. A worker that crashes (at any point, even before it opens its log) or outlives its time
+limit is killed; the stages it finished are kept and the stage it was in is recorded with
+status ``timeout`` or as an ``error`` of class ``Crash`` (exit code or signal, last log
+words).
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import datetime
 import itertools
 import json
 import os
-import platform
 import multiprocessing
+import platform
+import signal
 import sys
 import tempfile
 import threading
@@ -94,9 +97,7 @@ def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) ->
             proc.join()
             failure = ("Timeout", f"model exceeded the {timeout_s:.0f} s limit")
         elif proc.exitcode != 0:
-            with open(log, errors="replace") as f:
-                tail = " ".join(f.read().split()[-40:])
-            failure = ("Crash", f"worker exited with code {proc.exitcode}: {tail}")
+            failure = ("Crash", f"worker {_exit_reason(proc.exitcode)}: {_log_tail(log)}")
         else:
             failure = None
         try:
@@ -104,20 +105,46 @@ def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) ->
                 result = json.load(f)
         except (OSError, json.JSONDecodeError):
             result = {"model": name, "covered": False, "stages": {}}
+            # A worker that exits cleanly always leaves its result file.
+            failure = failure or ("Crash", f"worker exited without a result: {_log_tail(log)}")
     result["time_s"] = round(time.perf_counter() - start, 3)
     if failure is not None:
         _record_failure(result, *failure)
     return result
 
 
+def _exit_reason(code: int) -> str:
+    """``exited with code N`` or, for a negative multiprocessing exit code, the signal."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _log_tail(log: str, words: int = 40) -> str:
+    """The last `words` words of a worker's log; a worker may die before it opens it."""
+    try:
+        with open(log, errors="replace") as f:
+            return " ".join(f.read().split()[-words:])
+    except OSError:
+        return "(no log: the worker died before opening it)"
+
+
 def _record_failure(result: dict, kind: str, message: str) -> None:
+    """Records a killed or crashed worker in `result`: as the reason the model is not
+    covered when it had not finished the CPU reference, else in the first stage it had
+    not finished. A time-out gets status ``timeout``, anything else ``error``, so the
+    report tells a slow model from a broken one."""
     if not result.get("covered"):
-        result["reason"] = f"{kind}: {message} (in the CPU reference run)"
+        result["reason"] = f"{kind}: {message} (before the neuron stages)"
         return
+    status = "timeout" if kind == "Timeout" else "error"
     for stage in STAGES:
         entry = result["stages"].get(stage)
         if entry is None or "time_s" not in entry:
-            result["stages"][stage] = {"status": "error", "error_type": kind, "error": message}
+            result["stages"][stage] = {"status": status, "error_type": kind, "error": message}
             return
 
 

@@ -13,8 +13,8 @@ Stages, each with its wall time in seconds:
 A stage's status is ``pass``, ``mismatch`` (ran, numbers differ from the CPU beyond the
 tolerance), ``error`` (raised: error class and message recorded), ``fallback`` (numbers
 match but operators ran through the CPU fallback; their names and call counts are
-recorded from `torchneuron.fallback_ops()` deltas) or ``skip`` (an earlier stage it
-needs failed). A model whose CPU reference itself fails is not covered (``covered:
+recorded from `torchneuron.fallback_ops()` deltas), ``skip`` (an earlier stage it
+needs failed) or, set by the runner, ``timeout`` (the worker was killed in this stage). A model whose CPU reference itself fails is not covered (``covered:
 false`` with the reason): the generic small config does not build it.
 
 The runner calls `child` in a process of its own per model; by hand, run
