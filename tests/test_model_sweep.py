@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -81,3 +84,51 @@ def test_worker_dying_before_its_log_opens_is_that_models_error(tmp_path, monkey
         assert reason.startswith("Crash: worker killed by signal SIGKILL"), reason
         assert "no log" in reason, reason
     assert json.loads(out.read_text())["models"] == results["models"]
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds `marker`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:  # exited meanwhile, or not ours
+            pass
+    return pids
+
+
+def test_ctrl_c_kills_the_workers_and_keeps_the_results_file(tmp_path):
+    # The real command, interrupted by SIGINT while a worker runs a model.
+    out = tmp_path / "results.json"
+    done = {"model": "timm/finished", "covered": False, "stages": {}, "reason": "earlier run"}
+    out.write_text(json.dumps({"meta": {}, "models": {"timm/finished": done}}))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # TMPDIR: where the runner puts each worker's files, and a marker every process of
+    # this sweep (fork server and workers) inherits.
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", "torchneuron", "sweep", "--model", "timm/test_resnet",
+                             "--model", "timm/test_vit", "--timeout", "600", "--out", str(out), "--report", ""],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(tmp.glob("torchneuron-sweep-*/result.json")):  # a worker has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert time.monotonic() - start < 15
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    # Killed at once: no worker finished its model, so the file is what it was.
+    assert json.loads(out.read_text())["models"] == {"timm/finished": done}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "tmp"]  # no temporary left
+    deadline = time.monotonic() + 10
+    while _processes_with(str(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_with(str(tmp))

@@ -31,8 +31,14 @@ def _sweep(args) -> int:
 
     from . import report, runner
 
-    results = runner.sweep(args.suite, args.limit, args.jobs, args.out, args.timeout, args.seed,
-                           names=args.model, command=" ".join(["python -m torchneuron", *sys.argv[1:]]))
+    try:
+        results = runner.sweep(args.suite, args.limit, args.jobs, args.out, args.timeout, args.seed,
+                               names=args.model, command=" ".join(["python -m torchneuron", *sys.argv[1:]]))
+    except KeyboardInterrupt:
+        # The runner killed its workers; every finished model is in the file.
+        print(f"\ninterrupted: finished models are saved in {args.out}; "
+              "the same command continues the sweep", file=sys.stderr)
+        return 130
     if args.report:
         report.render(results, args.report)
     print(report.text_summary(results))

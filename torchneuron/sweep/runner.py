@@ -4,7 +4,8 @@ resumable results file.
 The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}``
 (a result as `worker.run_model` returns it), rewritten atomically after every model.
 Models already in it are not run again, so an interrupted sweep continues where it
-stopped. A worker that crashes (at any point, even before it opens its log) or outlives its time
+stopped. An interrupt (Ctrl-C) kills the running workers at once and keeps the file as
+it was after the last finished model. A worker that crashes (at any point, even before it opens its log) or outlives its time
 limit is killed; the stages it finished are kept and the stage it was in is recorded with
 status ``timeout`` or as an ``error`` of class ``Crash`` (exit code or signal, last log
 words).
@@ -41,10 +42,16 @@ def save(results: dict, path: str) -> None:
     """Writes `results` to `path` atomically (a reader never sees half a file)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        # Interrupted or failed: `path` is untouched; leave no partial temporary behind.
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _versions() -> dict:
@@ -77,24 +84,68 @@ def _processes():
     return _context
 
 
-def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True) -> dict:
+class Interrupted(Exception):
+    """Raised by `run_one` for a model whose sweep was interrupted before it started."""
+
+
+class _Workers:
+    """The worker processes one sweep has running, so that an interrupt can kill them:
+    the thread pool would otherwise wait for each to finish or reach its time limit."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.procs = set()
+        self.stopped = False
+
+    def start(self, proc) -> None:
+        """Starts `proc`, unless the sweep was interrupted (then raises `Interrupted`)."""
+        with self.lock:
+            # Under the lock: a worker starting while `kill_all` runs is either killed
+            # by it or never started.
+            if self.stopped:
+                raise Interrupted
+            proc.start()
+            self.procs.add(proc)
+
+    def finished(self, proc) -> None:
+        with self.lock:
+            self.procs.discard(proc)
+
+    def kill_all(self) -> None:
+        """Kills every running worker and starts no more."""
+        with self.lock:
+            self.stopped = True
+            procs = list(self.procs)
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.join(5)
+
+
+def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True,
+            workers: _Workers | None = None) -> dict:
     """Runs `name` in a fresh process (forked from a server that preloaded the imports).
 
     Returns the worker's result; on a crash or after `timeout_s` seconds (the process is
-    killed) the stages it finished plus an error for the one it was in."""
+    killed) the stages it finished plus an error for the one it was in. `workers` (of the
+    calling sweep) tracks the process so that an interrupt can kill it."""
     from .. import config
 
+    workers = workers or _Workers()
     cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(config.CACHE_DIR, "sweep-jax-cache")
     with tempfile.TemporaryDirectory(prefix="torchneuron-sweep-") as tmp:
         path, log = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
         proc = _processes().Process(target=worker.child, args=(name, path, log, seed, compile, cache),
                                     daemon=True)
-        proc.start()
+        workers.start(proc)
         start = time.perf_counter()
         proc.join(timeout_s)
-        if proc.is_alive():
+        timed_out = proc.is_alive()
+        if timed_out:
             proc.kill()
             proc.join()
+        workers.finished(proc)
+        if timed_out:
             failure = ("Timeout", f"model exceeded the {timeout_s:.0f} s limit")
         elif proc.exitcode != 0:
             failure = ("Crash", f"worker {_exit_reason(proc.exitcode)}: {_log_tail(log)}")
@@ -167,19 +218,27 @@ def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str 
                        "seed": seed, "timeout_s": timeout_s, "versions": _versions(),
                        "command": command}
     todo = [n for n in names if n not in results["models"]]
-    lock = threading.Lock()
     bar = tqdm(total=len(names), initial=len(names) - len(todo), disable=not progress, unit="model",
                dynamic_ncols=True)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_one, n, timeout_s, seed, compile): n for n in todo}
+    workers = _Workers()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = {pool.submit(run_one, n, timeout_s, seed, compile, workers): n for n in todo}
+        # Only this thread touches `results` and the file.
         for fut in concurrent.futures.as_completed(futures):
             result = fut.result()
-            with lock:
-                results["models"][futures[fut]] = result
-                save(results, out)
+            results["models"][futures[fut]] = result
+            save(results, out)
             bar.set_postfix_str(f"{futures[fut]}: {summary(result)}", refresh=False)
             bar.update()
-    bar.close()
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt) or a failure here: the file already holds every
+        # finished model; kill the running workers instead of waiting for them.
+        workers.kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
     return results
 
 
