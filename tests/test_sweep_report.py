@@ -2,6 +2,7 @@
 loaded in a real headless browser (Debian's chromium; scripts/install_chromium.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,7 +79,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     page = tmp_path / "report.html"
     # The real CLI renders the page from a results file.
     results = tmp_path / "results.json"
-    results.write_text(__import__("json").dumps(RESULTS))
+    results.write_text(json.dumps(RESULTS))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run([sys.executable, "-m", "torchneuron", "report", "--results", str(results), "--out", str(page)],
                    check=True, env=env, capture_output=True, timeout=120)
@@ -111,3 +112,35 @@ def test_timeout_is_its_own_status():
     assert report.failure_classes(results) == [("backward", "Timeout", "", 1, ["timm/slow"])]
     assert "backward timeout=1" in report.text_summary(results)
     assert '<td class="timeout">timeout</td>' in report.render_html(results)
+
+
+def _cli(capsys, *argv):
+    """(exit status, stderr) of ``python -m torchneuron ARGV``, run in this process."""
+    from torchneuron.__main__ import main
+
+    status = main(list(argv))
+    return status, capsys.readouterr().err
+
+
+def test_cli_refuses_unknown_models_and_bad_results_files(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    # A typo is refused before anything runs, with the closest names.
+    status, err = _cli(capsys, "sweep", "--model", "timm/resnet1", "--out", str(out), "--report", "")
+    assert status == 2 and "unknown model timm/resnet1 (did you mean" in err and "timm/resnet18" in err, err
+    status, err = _cli(capsys, "sweep", "--model", "resnet18", "--out", str(out), "--report", "")
+    assert status == 2 and "unknown model resnet18" in err, err
+    assert not out.exists()
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "no results file" in err, err
+    # A truncated file: reported, and never overwritten by a sweep.
+    text = json.dumps(RESULTS)[:-20]
+    out.write_text(text)
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "not valid JSON" in err and str(out) in err, err
+    status, err = _cli(capsys, "sweep", "--model", "timm/test_resnet", "--out", str(out), "--report", "")
+    assert status == 2 and "not valid JSON" in err, err
+    assert out.read_text() == text
+    out.write_text("[1, 2]")
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "not a sweep results file" in err, err
+    assert not (tmp_path / "r.html").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import difflib
 import itertools
 import json
 import os
@@ -30,12 +31,31 @@ from . import worker
 from .worker import STAGES
 
 
-def load(path: str) -> dict:
-    """The results file at `path`, or an empty one when it does not exist."""
-    if os.path.exists(path):
+class SweepError(Exception):
+    """A mistake in what the sweep was asked to do (an unknown model, a results file it
+    cannot read): the command line prints the message, without a traceback."""
+
+
+def load(path: str, missing_ok: bool = True) -> dict:
+    """The results file at `path`, or an empty one when it does not exist and
+    `missing_ok`. Raises `SweepError` for a missing (unless `missing_ok`), unreadable,
+    truncated or otherwise not-a-results file: a sweep must not overwrite one, whose
+    models would be lost."""
+    if not os.path.exists(path):
+        if missing_ok:
+            return {"meta": {}, "models": {}}
+        raise SweepError(f"no results file {path} (run `python -m torchneuron sweep` first)")
+    fix = "fix it, or move it away to start a new one"
+    try:
         with open(path) as f:
-            return json.load(f)
-    return {"meta": {}, "models": {}}
+            results = json.load(f)
+    except OSError as e:
+        raise SweepError(f"cannot read the results file {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SweepError(f"the results file {path} is not valid JSON (truncated?): {e}; {fix}") from None
+    if not isinstance(results, dict) or not isinstance(results.get("models"), dict):
+        raise SweepError(f"{path} is not a sweep results file (no \"models\" object); {fix}")
+    return results
 
 
 def save(results: dict, path: str) -> None:
@@ -199,13 +219,34 @@ def _record_failure(result: dict, kind: str, message: str) -> None:
             return
 
 
+def _check_names(names: list[str]) -> None:
+    """Raises `SweepError` naming the models of `names` the enumerator does not know, with
+    the closest known names: a typo would otherwise be recorded as a model that does not
+    build."""
+    known = {}
+    unknown = []
+    for name in names:
+        suite = name.partition("/")[0]
+        if suite not in models.SUITES:
+            unknown.append(f"{name} (the name starts with one of {', '.join(models.SUITES)}, then '/')")
+            continue
+        if suite not in known:
+            known[suite] = models.model_names(suite)
+        if name not in known[suite]:
+            close = difflib.get_close_matches(name, known[suite], n=3)
+            unknown.append(name + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    if unknown:
+        raise SweepError("unknown model " + "; ".join(unknown))
+
+
 def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str = "sweep/results.json",
           timeout_s: float = 180.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
           compile: bool = True, command: str = "") -> dict:
     """Runs the models of `suite` (the first `limit` of each suite, or `names`) that
     `out` does not hold yet, `jobs` at a time, saving `out` after each; `command` is
     recorded in the file's meta data. Returns the results. Raises ValueError for an
-    unknown suite."""
+    unknown suite, `SweepError` for an unknown name in `names` or a results file it
+    cannot read (before running anything)."""
     from tqdm import tqdm
 
     if names is None:
@@ -213,6 +254,8 @@ def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str 
         # Alternating suites: a sweep stopped early still covers both.
         per_suite = [models.model_names(s)[:limit] for s in suites]
         names = [n for group in itertools.zip_longest(*per_suite) for n in group if n is not None]
+    else:
+        _check_names(names)
     results = load(out)
     results["meta"] = {"updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "seed": seed, "timeout_s": timeout_s, "versions": _versions(),
