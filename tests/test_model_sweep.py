@@ -132,3 +132,27 @@ def test_ctrl_c_kills_the_workers_and_keeps_the_results_file(tmp_path):
     while _processes_with(str(tmp)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _processes_with(str(tmp))
+
+
+def test_compare_is_per_element_like_assert_close():
+    import torch
+
+    inf, nan = float("inf"), float("nan")
+    t = torch.tensor
+    assert worker.compare([t([1.0, inf, -inf, nan])], [t([1.0, inf, -inf, nan])]) is None
+    # Infinities: same places, same signs; NaNs: same places.
+    assert "index (1,)" in worker.compare([t([1.0, -inf])], [t([1.0, inf])])
+    assert worker.compare([t([1.0, 3.0])], [t([1.0, inf])]) is not None
+    assert worker.compare([t([1.0, 0.0])], [t([1.0, nan])]) is not None
+    assert worker.compare([t([nan, 0.0])], [t([1.0, 0.0])]) is not None
+    # Per element: a small element 10% off fails next to a large one (a whole-tensor
+    # norm would hide it); float32 rounding passes.
+    why = worker.compare([t([1000.0, 0.0011])], [t([1000.0, 0.001])])
+    assert why.startswith("tensor 0[2]: Mismatched elements: 1 / 2") and "index (1,)" in why, why
+    assert worker.compare([t([1000.0, 0.001]) * (1 + 5e-5)], [t([1000.0, 0.001])]) is None
+    # The tolerance follows the dtype: 0.4% is bfloat16 rounding, not float32's.
+    x = torch.linspace(1, 2, 5)
+    assert worker.compare([(x * 1.004).bfloat16()], [x.bfloat16()]) is None
+    assert worker.compare([x * 1.004], [x]) is not None
+    assert worker.compare([t([1, 2])], [t([1, 3])]) is not None
+    assert worker.compare([t([1, 2])], [t([1, 2])]) is None
