@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from torchneuron.sweep import runner, worker
 
@@ -135,8 +136,6 @@ def test_ctrl_c_kills_the_workers_and_keeps_the_results_file(tmp_path):
 
 
 def test_compare_is_per_element_like_assert_close():
-    import torch
-
     inf, nan = float("inf"), float("nan")
     t = torch.tensor
     assert worker.compare([t([1.0, inf, -inf, nan])], [t([1.0, inf, -inf, nan])]) is None
@@ -160,3 +159,48 @@ def test_compare_is_per_element_like_assert_close():
     assert worker.compare([t([1, 2])], [t([1, 3])]) is not None
     assert worker.compare([t([1, 2])], [t([1, 2])]) is None
 
+
+class _Tiny(torch.nn.Module):
+    """A linear layer, then a second one; `kind` says what Dynamo sees in between."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.a(x).relu()
+        if self.kind == "break":
+            torch._dynamo.graph_break()
+        return self.b(x)
+
+
+class _Eager(_Tiny):
+    """Dynamo skips this forward: nothing reaches the backend."""
+
+    forward = torch._dynamo.disable(_Tiny.forward)
+
+
+@pytest.mark.parametrize("kind, status, graphs, breaks", [
+    ("whole", "pass", 1, 0),
+    ("break", "partial", 2, 1),
+    ("eager", "error", 0, 1),  # Dynamo counts the skipped call as a graph break
+])
+def test_compile_stage_counts_what_the_backend_compiled(monkeypatch, kind, status, graphs, breaks):
+    from torchneuron.sweep import enumerate as models
+
+    def build(name, seed=0):
+        torch.manual_seed(seed)
+        model = _Eager(kind) if kind == "eager" else _Tiny(kind)
+        return model.eval(), [{"x": torch.randn(3, 4)}]
+
+    monkeypatch.setattr(models, "build", build)
+    result = worker.run_model(f"test/{kind}")
+    assert [result["stages"][s]["status"] for s in worker.STAGES[:3]] == ["pass"] * 3, result
+    compiled = result["stages"]["compile"]
+    assert (compiled["status"], compiled["graphs"], compiled["graph_breaks"]) == (status, graphs, breaks), compiled
+    assert compiled["split_graphs"] == 0
+    if kind == "eager":
+        assert compiled["error_type"] == "NotCompiled"
+    if kind == "break":
+        assert compiled["error_type"] == "GraphBreak" and "1 graph breaks" in compiled["error"], compiled

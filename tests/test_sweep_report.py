@@ -104,14 +104,20 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert not console, console
 
 
-def test_timeout_is_its_own_status():
+def test_timeout_and_partial_compile_are_statuses_of_their_own():
     slow = _model("timm/slow", ["pass", "pass", "timeout", "skip"])
     slow["stages"]["backward"].update(error_type="Timeout", error="model exceeded the 150 s limit")
-    results = {"meta": {}, "models": {"timm/slow": slow}}
-    assert report.stage_counts(results)["backward"] == {"timeout": 1}
-    assert report.failure_classes(results) == [("backward", "Timeout", "", 1, ["timm/slow"])]
-    assert "backward timeout=1" in report.text_summary(results)
-    assert '<td class="timeout">timeout</td>' in report.render_html(results)
+    broken = _model("timm/broken", ["pass", "pass", "pass", "partial"])
+    broken["stages"]["compile"].update(error_type="GraphBreak", error="1 graph breaks", graphs=2, graph_breaks=1)
+    results = {"meta": {}, "models": {"timm/slow": slow, "timm/broken": broken}}
+    counts = report.stage_counts(results)
+    assert counts["backward"] == {"timeout": 1, "pass": 1} and counts["compile"] == {"skip": 1, "partial": 1}
+    assert report.rates(results)["compiled"] == 0.0
+    assert report.failure_classes(results) == [("backward", "Timeout", "", 1, ["timm/slow"]),
+                                               ("compile", "GraphBreak", "", 1, ["timm/broken"])]
+    assert "backward pass=1 timeout=1" in report.text_summary(results)
+    page = report.render_html(results)
+    assert '<td class="timeout">timeout</td>' in page and '<td class="partial">partial</td>' in page
 
 
 def _cli(capsys, *argv):

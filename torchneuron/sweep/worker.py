@@ -8,12 +8,14 @@ Stages, each with its wall time in seconds:
 - ``forward``: eager forward on ``neuron``, outputs compared with the CPU's.
 - ``backward``: backward of the same loss, parameter gradients compared with the CPU's.
 - ``compile``: ``torch.compile(model, backend="neuron")`` forward (no grad), compared
-  with the CPU's outputs.
+  with the CPU's outputs; the number of graphs the backend compiled, Dynamo's graph
+  breaks and the graphs split around ops with no lowering are recorded.
 
 A stage's status is ``pass``, ``mismatch`` (ran, numbers differ from the CPU beyond the
 tolerance), ``error`` (raised: error class and message recorded), ``fallback`` (numbers
 match but operators ran through the CPU fallback; their names and call counts are
-recorded from `torchneuron.fallback_ops()` deltas), ``skip`` (an earlier stage it
+recorded from `torchneuron.fallback_ops()` deltas), ``partial`` (compile only: numbers
+match but part of the forward ran outside compiled graphs), ``skip`` (an earlier stage it
 needs failed) or, set by the runner, ``timeout`` (the worker was killed in this stage). A model whose CPU reference itself fails is not covered (``covered:
 false`` with the reason): the generic small config does not build it.
 
@@ -259,16 +261,52 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
         if not ok or not compile:
             st["status"] = "skip"
         else:
-            torch._dynamo.reset()
-            dev_model.zero_grad(set_to_none=True)
-            compiled = torch.compile(dev_model, backend="neuron")
-            with torch.no_grad():
-                out = flatten(compiled(**dev_inputs))
-            why = compare(out, ref_out)
-            st["status"] = "mismatch" if why else "pass"
-            if why:
-                st["error"] = why
+            _compiled_forward(dev_model, dev_inputs, ref_out, st)
     return result
+
+
+def _compiled_forward(dev_model, dev_inputs, ref_out: list, st: dict) -> None:
+    """The compile stage: runs ``torch.compile(dev_model, backend="neuron")`` (no grad),
+    compares with the CPU and records in `st` how much of the forward the backend ran:
+    ``graphs`` it compiled, Dynamo's ``graph_breaks`` (Python between graphs ran
+    eagerly) and ``split_graphs`` (graphs split around ops with no lowering, which ran
+    eagerly). Matching outputs are ``pass`` only when all of the forward was compiled:
+    with breaks or splits the status is ``partial``, with no graph at all (Dynamo
+    skipped the code, so it all ran eagerly) an ``error`` of class ``NotCompiled``."""
+    from torch._dynamo.utils import counters
+
+    from .. import metrics
+
+    torch._dynamo.reset()
+    counters.clear()
+    splits = metrics.get("graph_partitions")
+    neuron = torch._dynamo.lookup_backend("neuron")
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return neuron(gm, example_inputs)
+
+    dev_model.zero_grad(set_to_none=True)
+    compiled = torch.compile(dev_model, backend=counting_backend)
+    with torch.no_grad():
+        out = flatten(compiled(**dev_inputs))
+    breaks = counters["graph_break"]
+    st.update(graphs=len(graphs), graph_breaks=sum(breaks.values()),
+              split_graphs=metrics.get("graph_partitions") - splits)
+    why = compare(out, ref_out)
+    if why:
+        st.update(status="mismatch", error=why)
+    elif not graphs:
+        st.update(status="error", error_type="NotCompiled",
+                  error="Dynamo compiled no graph: the whole forward ran eagerly")
+    elif breaks or st["split_graphs"]:
+        reasons = "; ".join(_short(r, 120) for r, _ in breaks.most_common(3))
+        st.update(status="partial", error_type="GraphBreak" if breaks else "GraphSplit",
+                  error=f"{st['graph_breaks']} graph breaks{f' ({reasons})' if reasons else ''}, "
+                        f"{st['split_graphs']} of {len(graphs)} graphs split around ops with no lowering")
+    else:
+        st["status"] = "pass"
 
 
 def child(name: str, path: str, log: str, seed: int, compile: bool, jax_cache: str | None) -> None:
