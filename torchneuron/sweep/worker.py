@@ -203,10 +203,12 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
         pristine = copy.deepcopy(model)
         inputs, ref_out = _reference_inputs(model, candidates)
         weights = _projection(ref_out)
-        ref_out = [o.detach() for o in ref_out]
         if not ref_out:
             raise ValueError("the model returned no tensors")
-        loss = _loss(flatten(model(**inputs)), weights)
+        # The reference backward goes through the reference forward's own graph (the
+        # model is in eval mode: a second forward would compute the same outputs).
+        loss = _loss(ref_out, weights)
+        ref_out = [o.detach() for o in ref_out]
         if isinstance(loss, torch.Tensor):
             loss.backward()
         ref_grads = _grads(model)
