@@ -140,8 +140,10 @@ class _Stage:
 
     def __enter__(self):
         import torchneuron
+        from torchneuron import metrics
 
         self.before = dict(torchneuron.fallback_ops())
+        self.compiles = _compile_work(metrics)
         self.start = time.perf_counter()
         self.entry = {"status": "error"}
         self.result["stages"][self.name] = self.entry
@@ -149,8 +151,13 @@ class _Stage:
 
     def __exit__(self, kind, exc, tb):
         import torchneuron
+        from torchneuron import metrics
 
         self.entry["time_s"] = round(time.perf_counter() - self.start, 3)
+        # Where the stage's time went: XLA compiles of eager ops and of graphs.
+        executables, seconds = (b - a for a, b in zip(self.compiles, _compile_work(metrics)))
+        if executables:
+            self.entry.update(executables_compiled=executables, compile_s=round(seconds, 3))
         after = torchneuron.fallback_ops()
         new = {op: n - self.before.get(op, 0) for op, n in after.items() if n != self.before.get(op, 0)}
         if new:
@@ -162,6 +169,13 @@ class _Stage:
             self.entry["status"] = "fallback"
         _save(self.result, self.path)
         return exc is not None and not isinstance(exc, KeyboardInterrupt)
+
+
+def _compile_work(metrics) -> tuple[int, float]:
+    """(executables compiled, seconds spent compiling them) so far, eager ops and graphs."""
+    counts, times = metrics.counters(), metrics.times()
+    return (counts.get("eager_executables_compiled", 0) + counts.get("graphs_compiled", 0),
+            times.get("eager_compile_seconds", 0.0) + times.get("graph_compile_seconds", 0.0))
 
 
 def _short(message: str, limit: int = 400) -> str:
