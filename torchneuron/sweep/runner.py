@@ -132,7 +132,7 @@ class _Workers:
             self.procs.discard(proc)
 
     def kill_all(self) -> None:
-        """Kills every running worker and starts no more."""
+        """Kills every running worker and the fork server, and starts no more workers."""
         with self.lock:
             self.stopped = True
             procs = list(self.procs)
@@ -140,6 +140,30 @@ class _Workers:
             proc.kill()
         for proc in procs:
             proc.join(5)
+        # The fork server would outlive this process until it finished importing
+        # `PRELOAD` (many seconds), holding the terminal's output open. multiprocessing
+        # restarts a dead server on its next use.
+        from multiprocessing import forkserver
+
+        pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _ready() -> None:
+    """The target of `_start_fork_server`'s first process: nothing to do."""
+
+
+def _start_fork_server() -> None:
+    """Starts the fork server from this (the main) thread and waits until it has
+    imported `PRELOAD`: an interrupt then arrives here, where it stops the sweep at
+    once, instead of waiting for a worker thread blocked on that start-up."""
+    proc = _processes().Process(target=_ready)
+    proc.start()
+    proc.join()
 
 
 def run_one(name: str, timeout_s: float, seed: int = 0, compile: bool = True,
@@ -266,6 +290,8 @@ def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str 
     workers = _Workers()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
     try:
+        if todo:
+            _start_fork_server()
         futures = {pool.submit(run_one, n, timeout_s, seed, compile, workers): n for n in todo}
         # Only this thread touches `results` and the file.
         for fut in concurrent.futures.as_completed(futures):
