@@ -227,3 +227,15 @@ def test_compile_stage_counts_what_the_backend_compiled(monkeypatch, kind, statu
     if kind == "break":
         assert compiled["error_type"] == "GraphBreak" and "1 graph breaks" in compiled["error"], compiled
 
+
+def test_timm_models_are_built_shallow():
+    from torchneuron.sweep import enumerate as models
+
+    # One block per stage (ConvNeXt takes `depths`), 2 blocks (ViT takes `depth`).
+    assert models._shallow("convnext_atto") == {"depths": (1, 1, 1, 1)}
+    assert models._shallow("vit_tiny_patch16_224") == {"depth": 2}
+    assert models._shallow("resnet18") == {}  # its depth is not a keyword with a default
+    model, _ = models.build("timm/test_convnext")
+    assert [len(stage.blocks) for stage in model.stages] == [1, 1, 1, 1]
+    model, candidates = models.build("timm/test_vit")
+    assert len(model.blocks) == 2 and candidates[0]["x"].shape[-1] == models.TIMM_IMAGE
