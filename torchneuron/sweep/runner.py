@@ -5,10 +5,10 @@ The results file is one JSON object, ``{"meta": {...}, "models": {name: result}}
 (a result as `worker.run_model` returns it), rewritten atomically after every model.
 Models already in it are not run again, so an interrupted sweep continues where it
 stopped. An interrupt (Ctrl-C) kills the running workers at once and keeps the file as
-it was after the last finished model. A worker that crashes (at any point, even before it opens its log) or outlives its time
-limit is killed; the stages it finished are kept and the stage it was in is recorded with
-status ``timeout`` or as an ``error`` of class ``Crash`` (exit code or signal, last log
-words).
+it was after the last finished model. A worker that crashes (at any point, even before
+it opens its log) or outlives its time limit is killed; the stages it finished are kept
+and the stage it was in is recorded with status ``timeout`` or as an ``error`` of class
+``Crash`` (exit code or signal, last log words).
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import os
 import multiprocessing
 import platform
 import signal
-import sys
 import tempfile
 import threading
 import time

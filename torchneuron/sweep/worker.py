@@ -15,9 +15,10 @@ A stage's status is ``pass``, ``mismatch`` (ran, numbers differ from the CPU bey
 tolerance), ``error`` (raised: error class and message recorded), ``fallback`` (numbers
 match but operators ran through the CPU fallback; their names and call counts are
 recorded from `torchneuron.fallback_ops()` deltas), ``partial`` (compile only: numbers
-match but part of the forward ran outside compiled graphs), ``skip`` (an earlier stage it
-needs failed) or, set by the runner, ``timeout`` (the worker was killed in this stage). A model whose CPU reference itself fails is not covered (``covered:
-false`` with the reason): the generic small config does not build it.
+match but part of the forward ran outside compiled graphs), ``skip`` (an earlier stage
+it needs failed) or, set by the runner, ``timeout`` (the worker was killed in this
+stage). A model whose CPU reference itself fails is not covered (``covered: false`` with
+the reason): the generic small config does not build it.
 
 The runner calls `child` in a process of its own per model; by hand, run
 ``python -m torchneuron.sweep.worker MODEL OUT.json``. The result is rewritten to its
