@@ -192,7 +192,20 @@ class _Tiny(torch.nn.Module):
         x = self.a(x).relu()
         if self.kind == "break":
             torch._dynamo.graph_break()
+        if self.kind == "unlowered":
+            x = x + _no_lowering(x.detach())
         return self.b(x)
+
+
+@torch.library.custom_op("sweep_test::no_lowering", mutates_args=())
+def _no_lowering(x: torch.Tensor) -> torch.Tensor:
+    """An op the neuron backend has no lowering for: compiled graphs are split around it."""
+    return x * 2
+
+
+@_no_lowering.register_fake
+def _(x):
+    return torch.empty_like(x)
 
 
 class _Eager(_Tiny):
@@ -205,6 +218,7 @@ class _Eager(_Tiny):
     ("whole", "pass", 1, 0),
     ("break", "partial", 2, 1),
     ("eager", "error", 0, 1),  # Dynamo counts the skipped call as a graph break
+    ("unlowered", "partial", 1, 0),
 ])
 def test_compile_stage_counts_what_the_backend_compiled(monkeypatch, kind, status, graphs, breaks):
     from torchneuron.sweep import enumerate as models
@@ -219,13 +233,16 @@ def test_compile_stage_counts_what_the_backend_compiled(monkeypatch, kind, statu
     assert [result["stages"][s]["status"] for s in worker.STAGES[:3]] == ["pass"] * 3, result
     compiled = result["stages"]["compile"]
     assert (compiled["status"], compiled["graphs"], compiled["graph_breaks"]) == (status, graphs, breaks), compiled
-    assert compiled["split_graphs"] == 0
+    assert compiled["split_graphs"] == (kind == "unlowered")
     # Where the time went: every graph the backend got was compiled (or loaded) once.
     assert compiled.get("executables_compiled", 0) >= graphs and compiled.get("compile_s", 0) >= 0
     if kind == "eager":
         assert compiled["error_type"] == "NotCompiled"
     if kind == "break":
         assert compiled["error_type"] == "GraphBreak" and "1 graph breaks" in compiled["error"], compiled
+    if kind == "unlowered":
+        assert compiled["error_type"] == "GraphSplit" and compiled["split_ops"] == ["sweep_test.no_lowering.default"]
+        assert compiled["where"] == "no lowering: sweep_test.no_lowering.default"
 
 
 def test_timm_models_are_built_shallow():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import sys
 import time
@@ -282,14 +283,28 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
     return result
 
 
+class _SplitOps(logging.Handler):
+    """Collects the ops the compile backend split out of its graphs for want of a
+    lowering, from the one warning in which the backend names them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.ops = set()
+
+    def emit(self, record):
+        if record.msg.startswith("torchneuron: compiled graph is split around ops") and record.args:
+            self.ops.update(record.args[0])
+
+
 def _compiled_forward(dev_model, dev_inputs, ref_out: list, st: dict) -> None:
     """The compile stage: runs ``torch.compile(dev_model, backend="neuron")`` (no grad),
     compares with the CPU and records in `st` how much of the forward the backend ran:
     ``graphs`` it compiled, Dynamo's ``graph_breaks`` (Python between graphs ran
     eagerly) and ``split_graphs`` (graphs split around ops with no lowering, which ran
-    eagerly). Matching outputs are ``pass`` only when all of the forward was compiled:
-    with breaks or splits the status is ``partial``, with no graph at all (Dynamo
-    skipped the code, so it all ran eagerly) an ``error`` of class ``NotCompiled``."""
+    eagerly; ``split_ops`` names those ops). Matching outputs are ``pass`` only when all
+    of the forward was compiled: with breaks or splits the status is ``partial``, with
+    no graph at all (Dynamo skipped the code, so it all ran eagerly) an ``error`` of
+    class ``NotCompiled``."""
     from torch._dynamo.utils import counters
 
     from .. import metrics
@@ -306,11 +321,18 @@ def _compiled_forward(dev_model, dev_inputs, ref_out: list, st: dict) -> None:
 
     dev_model.zero_grad(set_to_none=True)
     compiled = torch.compile(dev_model, backend=counting_backend)
-    with torch.no_grad():
-        out = flatten(compiled(**dev_inputs))
+    split_ops = _SplitOps()
+    logging.getLogger("torchneuron").addHandler(split_ops)
+    try:
+        with torch.no_grad():
+            out = flatten(compiled(**dev_inputs))
+    finally:
+        logging.getLogger("torchneuron").removeHandler(split_ops)
     breaks = counters["graph_break"]
     st.update(graphs=len(graphs), graph_breaks=sum(breaks.values()),
               split_graphs=metrics.get("graph_partitions") - splits)
+    if split_ops.ops:
+        st["split_ops"] = sorted(split_ops.ops)
     why = compare(out, ref_out)
     if why:
         st.update(status="mismatch", error=why)
@@ -322,6 +344,9 @@ def _compiled_forward(dev_model, dev_inputs, ref_out: list, st: dict) -> None:
         st.update(status="partial", error_type="GraphBreak" if breaks else "GraphSplit",
                   error=f"{st['graph_breaks']} graph breaks{f' ({reasons})' if reasons else ''}, "
                         f"{st['split_graphs']} of {len(graphs)} graphs split around ops with no lowering")
+        if split_ops.ops:
+            # The report groups failures by "where": here, the lowerings to add.
+            st["where"] = "no lowering: " + ", ".join(sorted(split_ops.ops))
     else:
         st["status"] = "pass"
 
