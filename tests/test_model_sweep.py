@@ -8,8 +8,14 @@ and their stage results are asserted. The full sweep is one command:
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
+import torch
 
 from torchneuron.sweep import runner, worker
 
@@ -50,7 +56,7 @@ def test_runner_isolates_a_hung_model(tmp_path):
     # errs with a Timeout and no later stage ran), depending on how fast the machine is.
     if result["covered"]:
         stages = list(result["stages"].values())
-        assert stages[-1].get("error_type") == "Timeout", result
+        assert stages[-1]["status"] == "timeout" and stages[-1]["error_type"] == "Timeout", result
         assert all(s["status"] == "pass" for s in stages[:-1]), result
     else:
         assert result["reason"].startswith("Timeout"), result
@@ -60,3 +66,193 @@ def test_runner_isolates_a_hung_model(tmp_path):
     # Resumable: a second run finds the model in the file and runs nothing.
     again = runner.sweep(names=["timm/test_vit"], out=str(out), timeout_s=0.001, progress=False)
     assert again["models"] == results["models"]
+
+
+def _die_at_start(*args):
+    """A worker target that is killed before it opens its log (as by the OOM killer)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_worker_dying_before_its_log_opens_is_that_models_error(tmp_path, monkeypatch):
+    # The fork server imports this module by name to run the replaced target.
+    monkeypatch.setattr(runner.worker, "child", _die_at_start)
+    out = tmp_path / "results.json"
+    names = ["timm/test_resnet", "timm/test_vit"]
+    results = runner.sweep(names=names, out=str(out), timeout_s=60, progress=False)
+    # Both recorded (the sweep went on after the first), with the signal that killed them.
+    for name in names:
+        reason = results["models"][name]["reason"]
+        assert reason.startswith("Crash: worker killed by signal SIGKILL"), reason
+        assert "no log" in reason, reason
+    assert json.loads(out.read_text())["models"] == results["models"]
+
+
+def _fork_server_of(marker: str) -> bool:
+    """Whether a fork server whose environment holds `marker` runs."""
+    for pid in _processes_with(marker):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"forkserver" in f.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds `marker`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:  # exited meanwhile, or not ours
+            pass
+    return pids
+
+
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_ctrl_c_kills_the_workers_and_keeps_the_results_file(tmp_path, when):
+    # The real command, interrupted by SIGINT while its fork server imports torch,
+    # transformers and timm, or while a worker runs a model (one that takes far longer
+    # than the time allowed for stopping).
+    out = tmp_path / "results.json"
+    done = {"model": "timm/finished", "covered": False, "stages": {}, "reason": "earlier run"}
+    out.write_text(json.dumps({"meta": {}, "models": {"timm/finished": done}}))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    # TMPDIR: where the runner puts each worker's files, and a marker every process of
+    # this sweep (fork server and workers) inherits.
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join(sys.path))
+    # Output to a file: the fork server and workers inherit it, so a pipe would stay
+    # open as long as any of them runs.
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "torchneuron", "sweep", "--model", "timm/coat_lite_tiny",
+                                 "--timeout", "600", "--out", str(out), "--report", ""],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 180
+        while not (_fork_server_of(str(tmp)) if when == "starting"
+                   else list(tmp.glob("torchneuron-sweep-*/result.json"))):  # a worker has started
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.1)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        while _processes_with(str(tmp)) and time.monotonic() < start + 60:
+            time.sleep(0.1)
+        # The time includes the interpreter's exit with torch imported, slow on a busy
+        # machine; waiting for the model would take minutes.
+        stopped = time.monotonic() - start
+    finally:
+        proc.kill()
+    stderr = (tmp_path / "stderr").read_text()
+    assert not _processes_with(str(tmp)) and stopped < 20, (stopped, stderr)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    # The file is as it was: no model finished.
+    assert json.loads(out.read_text())["models"] == {"timm/finished": done}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "stderr", "tmp"]  # no temporary left
+
+def test_compare_is_per_element_like_assert_close():
+    inf, nan = float("inf"), float("nan")
+    t = torch.tensor
+    assert worker.compare([t([1.0, inf, -inf, nan])], [t([1.0, inf, -inf, nan])]) is None
+    # Infinities: same places, same signs; NaNs: same places.
+    assert "index (1,)" in worker.compare([t([1.0, -inf])], [t([1.0, inf])])
+    assert worker.compare([t([1.0, 3.0])], [t([1.0, inf])]) is not None
+    assert worker.compare([t([1.0, 0.0])], [t([1.0, nan])]) is not None
+    assert worker.compare([t([nan, 0.0])], [t([1.0, 0.0])]) is not None
+    # Per element: a small element twice its value fails next to a large one (the old
+    # whole-tensor bound, 1e-3 of the largest, hid it); float32 rounding passes.
+    why = worker.compare([t([1000.0, 0.2])], [t([1000.0, 0.1])])
+    assert why.startswith("tensor 0[2]: Mismatched elements: 1 / 2") and "index (1,)" in why, why
+    assert worker.compare([t([1000.0, 0.001]) * (1 + 5e-5)], [t([1000.0, 0.001])]) is None
+    # Rounding of a sum of large terms near zero: atol counts in the tensor's scale.
+    assert worker.compare([t([150.0, 3e-5])], [t([150.0, 0.0])]) is None
+    assert worker.compare([t([1.0, 3e-5])], [t([1.0, 0.0])]) is not None
+    # The tolerance follows the dtype: 0.4% is bfloat16 rounding, not float32's.
+    x = torch.linspace(1, 2, 5)
+    assert worker.compare([(x * 1.004).bfloat16()], [x.bfloat16()]) is None
+    assert worker.compare([x * 1.004], [x]) is not None
+    assert worker.compare([t([1, 2])], [t([1, 3])]) is not None
+    assert worker.compare([t([1, 2])], [t([1, 2])]) is None
+
+
+class _Tiny(torch.nn.Module):
+    """A linear layer, then a second one; `kind` says what Dynamo sees in between."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.a(x).relu()
+        if self.kind == "break":
+            torch._dynamo.graph_break()
+        if self.kind == "unlowered":
+            x = x + _no_lowering(x.detach())
+        return self.b(x)
+
+
+@torch.library.custom_op("sweep_test::no_lowering", mutates_args=())
+def _no_lowering(x: torch.Tensor) -> torch.Tensor:
+    """An op the neuron backend has no lowering for: compiled graphs are split around it."""
+    return x * 2
+
+
+@_no_lowering.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class _Eager(_Tiny):
+    """Dynamo skips this forward: nothing reaches the backend."""
+
+    forward = torch._dynamo.disable(_Tiny.forward)
+
+
+@pytest.mark.parametrize("kind, status, graphs, breaks", [
+    ("whole", "pass", 1, 0),
+    ("break", "partial", 2, 1),
+    ("eager", "error", 0, 1),  # Dynamo counts the skipped call as a graph break
+    ("unlowered", "partial", 1, 0),
+])
+def test_compile_stage_counts_what_the_backend_compiled(monkeypatch, kind, status, graphs, breaks):
+    from torchneuron.sweep import enumerate as models
+
+    def build(name, seed=0):
+        torch.manual_seed(seed)
+        model = _Eager(kind) if kind == "eager" else _Tiny(kind)
+        return model.eval(), [{"x": torch.randn(3, 4)}]
+
+    monkeypatch.setattr(models, "build", build)
+    result = worker.run_model(f"test/{kind}")
+    assert [result["stages"][s]["status"] for s in worker.STAGES[:3]] == ["pass"] * 3, result
+    compiled = result["stages"]["compile"]
+    assert (compiled["status"], compiled["graphs"], compiled["graph_breaks"]) == (status, graphs, breaks), compiled
+    assert compiled["split_graphs"] == (kind == "unlowered")
+    # Where the time went: every graph the backend got was compiled (or loaded) once.
+    assert compiled.get("executables_compiled", 0) >= graphs and compiled.get("compile_s", 0) >= 0
+    if kind == "eager":
+        assert compiled["error_type"] == "NotCompiled"
+    if kind == "break":
+        assert compiled["error_type"] == "GraphBreak" and "1 graph breaks" in compiled["error"], compiled
+    if kind == "unlowered":
+        assert compiled["error_type"] == "GraphSplit" and compiled["split_ops"] == ["sweep_test.no_lowering.default"]
+        assert compiled["where"] == "no lowering: sweep_test.no_lowering.default"
+
+
+def test_timm_models_are_built_shallow():
+    from torchneuron.sweep import enumerate as models
+
+    # One block per stage (ConvNeXt takes `depths`), 2 blocks (ViT takes `depth`).
+    assert models._shallow("convnext_atto") == {"depths": (1, 1, 1, 1)}
+    assert models._shallow("vit_tiny_patch16_224") == {"depth": 2}
+    assert models._shallow("resnet18") == {}  # its depth is not a keyword with a default
+    model, _ = models.build("timm/test_convnext")
+    assert [len(stage.blocks) for stage in model.stages] == [1, 1, 1, 1]
+    model, candidates = models.build("timm/test_vit")
+    assert len(model.blocks) == 2 and candidates[0]["x"].shape[-1] == models.TIMM_IMAGE

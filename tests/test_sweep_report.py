@@ -2,6 +2,7 @@
 loaded in a real headless browser (Debian's chromium; scripts/install_chromium.sh)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,7 +79,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     page = tmp_path / "report.html"
     # The real CLI renders the page from a results file.
     results = tmp_path / "results.json"
-    results.write_text(__import__("json").dumps(RESULTS))
+    results.write_text(json.dumps(RESULTS))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run([sys.executable, "-m", "torchneuron", "report", "--results", str(results), "--out", str(page)],
                    check=True, env=env, capture_output=True, timeout=120)
@@ -101,3 +102,51 @@ def test_report_renders_in_headless_chromium(tmp_path):
     # included); the page itself logs nothing.
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console
+
+
+def test_timeout_and_partial_compile_are_statuses_of_their_own():
+    slow = _model("timm/slow", ["pass", "pass", "timeout", "skip"])
+    slow["stages"]["backward"].update(error_type="Timeout", error="model exceeded the 150 s limit")
+    broken = _model("timm/broken", ["pass", "pass", "pass", "partial"])
+    broken["stages"]["compile"].update(error_type="GraphBreak", error="1 graph breaks", graphs=2, graph_breaks=1)
+    results = {"meta": {}, "models": {"timm/slow": slow, "timm/broken": broken}}
+    counts = report.stage_counts(results)
+    assert counts["backward"] == {"timeout": 1, "pass": 1} and counts["compile"] == {"skip": 1, "partial": 1}
+    assert report.rates(results)["compiled"] == 0.0
+    assert report.failure_classes(results) == [("backward", "Timeout", "", 1, ["timm/slow"]),
+                                               ("compile", "GraphBreak", "", 1, ["timm/broken"])]
+    assert "backward pass=1 timeout=1" in report.text_summary(results)
+    page = report.render_html(results)
+    assert '<td class="timeout">timeout</td>' in page and '<td class="partial">partial</td>' in page
+
+
+def _cli(capsys, *argv):
+    """(exit status, stderr) of ``python -m torchneuron ARGV``, run in this process."""
+    from torchneuron.__main__ import main
+
+    status = main(list(argv))
+    return status, capsys.readouterr().err
+
+
+def test_cli_refuses_unknown_models_and_bad_results_files(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    # A typo is refused before anything runs, with the closest names.
+    status, err = _cli(capsys, "sweep", "--model", "timm/resnet1", "--out", str(out), "--report", "")
+    assert status == 2 and "unknown model timm/resnet1 (did you mean" in err and "timm/resnet18" in err, err
+    status, err = _cli(capsys, "sweep", "--model", "resnet18", "--out", str(out), "--report", "")
+    assert status == 2 and "unknown model resnet18" in err, err
+    assert not out.exists()
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "no results file" in err, err
+    # A truncated file: reported, and never overwritten by a sweep.
+    text = json.dumps(RESULTS)[:-20]
+    out.write_text(text)
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "not valid JSON" in err and str(out) in err, err
+    status, err = _cli(capsys, "sweep", "--model", "timm/test_resnet", "--out", str(out), "--report", "")
+    assert status == 2 and "not valid JSON" in err, err
+    assert out.read_text() == text
+    out.write_text("[1, 2]")
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+    assert status == 2 and "not a sweep results file" in err, err
+    assert not (tmp_path / "r.html").exists()

@@ -1,6 +1,8 @@
 """The ``sweep`` and ``report`` commands of ``python -m torchneuron``."""
 from __future__ import annotations
 
+import sys
+
 DEFAULT_RESULTS = "sweep/results.json"
 DEFAULT_REPORT = "sweep/report.html"
 
@@ -27,12 +29,19 @@ def add_commands(commands) -> None:
 
 
 def _sweep(args) -> int:
-    import sys
-
     from . import report, runner
 
-    results = runner.sweep(args.suite, args.limit, args.jobs, args.out, args.timeout, args.seed,
-                           names=args.model, command=" ".join(["python -m torchneuron", *sys.argv[1:]]))
+    try:
+        results = runner.sweep(args.suite, args.limit, args.jobs, args.out, args.timeout, args.seed,
+                               names=args.model, command=" ".join(["python -m torchneuron", *sys.argv[1:]]))
+    except runner.SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # The runner killed its workers; every finished model is in the file.
+        print(f"\ninterrupted: finished models are saved in {args.out}; "
+              "the same command continues the sweep", file=sys.stderr)
+        return 130
     if args.report:
         report.render(results, args.report)
     print(report.text_summary(results))
@@ -42,7 +51,11 @@ def _sweep(args) -> int:
 def _report(args) -> int:
     from . import report, runner
 
-    results = runner.load(args.results)
+    try:
+        results = runner.load(args.results, missing_ok=False)
+    except runner.SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     report.render(results, args.out)
     print(report.text_summary(results))
     print(f"wrote {args.out}")

@@ -4,7 +4,8 @@ transformers: every entry of `MODEL_MAPPING_NAMES` (the base model of each
 architecture, as `AutoModel` would pick it). The default config of its config class is
 shrunk generically through the config's own attribute names (layers, widths, heads,
 vocabulary; sub-configs recursively), so nothing is downloaded. timm: every name of
-`timm.list_models()`, built with `pretrained=False`, few classes and a small input.
+`timm.list_models()`, built with `pretrained=False`, few classes, a small input and, where
+the model's class takes ``depth``/``depths``, 2 blocks (or 1 per stage).
 
 Model names are ``"<suite>/<name>"``; `build(name, seed)` returns ``(model, inputs)``
 (a CPU `nn.Module` in eval mode and a dict of CPU keyword arguments).
@@ -263,11 +264,40 @@ def _transformers_inputs(model, config) -> list[dict]:
 # --- timm --------------------------------------------------------------------------
 
 
+def _shallow(name: str) -> dict:
+    """Keyword arguments that make timm model `name` shallow, where its class takes its
+    depth as ``depth`` (blocks, e.g. ViTs: 2) or ``depths`` (blocks per stage: 1 each).
+    Blocks of a stage repeat the same operators, so this keeps every operator and shape
+    the model has while cutting the time Dynamo and XLA spend on repeats of them."""
+    import timm
+
+    with torch.device("meta"):
+        cls = type(timm.create_model(name, pretrained=False, num_classes=8))
+    params = inspect.signature(cls.__init__).parameters
+    depth = params["depth"].default if "depth" in params else None
+    depths = params["depths"].default if "depths" in params else None
+    if isinstance(depth, int) and not isinstance(depth, bool) and depth > 2:
+        return {"depth": 2}
+    if isinstance(depths, (list, tuple)) and depths and all(isinstance(d, int) for d in depths):
+        return {"depths": type(depths)(1 for _ in depths)}
+    return {}
+
+
 def _build_timm(name: str):
+    shallow = _shallow(name)
+    if shallow:
+        try:
+            return _build_timm_with(name, shallow)
+        except Exception:  # noqa: BLE001 - this variant's stages take other depths: keep its own
+            pass
+    return _build_timm_with(name, {})
+
+
+def _build_timm_with(name: str, kwargs: dict):
     import timm
 
     def make(**size):
-        return timm.create_model(name, pretrained=False, num_classes=8, **size)
+        return timm.create_model(name, pretrained=False, num_classes=8, **kwargs, **size)
 
     # Models with a fixed token grid (ViT family) take `img_size`; convnets take any.
     try:

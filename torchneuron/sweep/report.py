@@ -1,8 +1,8 @@
 """The sweep's results as a static HTML page.
 
 The page holds: a summary (models covered per suite, the pass rates the issue's targets
-are stated in), a matplotlib stacked bar chart per stage of pass / mismatch / error /
-fallback / skip counts (a PNG embedded as a data URI, so the page is one file), the
+are stated in), a matplotlib stacked bar chart per stage of pass / mismatch / error / timeout /
+fallback / partial / skip counts (a PNG embedded as a data URI, so the page is one file), the
 operators ranked by how many models they block (fell back to the CPU in one of its
 stages), the failures grouped by error class and place, a table per model, and the
 models the generic small config does not build, with the reason.
@@ -17,9 +17,9 @@ import string
 
 from .worker import STAGES
 
-STATUSES = ("pass", "mismatch", "error", "fallback", "skip")
-COLORS = {"pass": "#2e7d32", "mismatch": "#f9a825", "error": "#c62828", "fallback": "#1565c0",
-          "skip": "#9e9e9e"}
+STATUSES = ("pass", "mismatch", "error", "timeout", "fallback", "partial", "skip")
+COLORS = {"pass": "#2e7d32", "mismatch": "#f9a825", "error": "#c62828", "timeout": "#6a1b9a",
+          "fallback": "#1565c0", "partial": "#00838f", "skip": "#9e9e9e"}
 
 
 def _covered(results: dict) -> list[dict]:
@@ -66,13 +66,14 @@ def blocking_ops(results: dict) -> list[tuple[str, int, list[str]]]:
 
 def failure_classes(results: dict) -> list[tuple[str, str, str, int, list[str]]]:
     """[(stage, error class, place in torchneuron, number of models, the models)] of
-    failed stages (``error`` and ``mismatch``), most models first."""
+    failed stages (``error``, ``timeout``, ``mismatch`` and compile's ``partial``), most
+    models first."""
     groups = collections.defaultdict(list)
     for r in _covered(results):
         for s in STAGES:
             e = r["stages"].get(s, {})
-            if e.get("status") in ("error", "mismatch"):
-                kind = e.get("error_type", "Mismatch") if e["status"] == "error" else "Mismatch"
+            if e.get("status") in ("error", "timeout", "mismatch", "partial"):
+                kind = e.get("error_type", "Mismatch") if e["status"] != "mismatch" else "Mismatch"
                 groups[(s, kind, e.get("where", ""))].append(r["model"])
     return sorted(((s, k, w, len(m), m) for (s, k, w), m in groups.items()), key=lambda t: (-t[3], t))
 
@@ -110,7 +111,8 @@ body { font-family: sans-serif; margin: 2em; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
 .pass { background: #c8e6c9; } .mismatch { background: #fff59d; } .error { background: #ffcdd2; }
-.fallback { background: #bbdefb; } .skip { background: #eeeeee; }
+.fallback { background: #bbdefb; } .skip { background: #eeeeee; } .timeout { background: #e1bee7; }
+.partial { background: #b2ebf2; }
 .msg { font-size: 11px; color: #555; max-width: 50em; }
 </style></head><body>
 <h1>torchneuron model sweep</h1>
@@ -120,7 +122,7 @@ td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-al
 <h2>Summary</h2>
 $summary
 <h2>Status per stage</h2>
-<img id="chart" alt="stacked bar chart of pass, mismatch, error, fallback and skip counts per stage"
+<img id="chart" alt="stacked bar chart of status counts per stage"
  src="data:image/png;base64,$chart">
 <h2>Operators that fell back to the CPU, by models blocked</h2>
 $ops
