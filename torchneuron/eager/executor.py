@@ -15,7 +15,7 @@ shapes, dtypes and strides that the executable then produces.
 """
 from __future__ import annotations
 
-import itertools
+import hashlib
 import re
 import threading
 import time
@@ -41,7 +41,8 @@ _buffers = storage.buffers
 _TO_JAX = dtypes.TORCH_TO_JAX
 _profiling = profiler.enabled
 _IDENTIFIER = re.compile(r"\W")
-_executable_ids = itertools.count()
+# Executable name -> (op, cache key) it was made for (see _executable_name).
+_names: Dict[str, tuple] = {}
 #: Every OpKernel: `torchneuron.metrics` sums their entries' run counts when asked.
 kernels: List["OpKernel"] = []
 
@@ -218,10 +219,10 @@ class OpKernel:
         compiles on the first run, so the compile event and time include that run."""
         start = time.perf_counter()
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
-            entry = self._compile(values, tensors, metas, dyn, device)
+            entry = self._compile(key, values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
-                entry = self.cache.get(key) or self._compile(values, tensors, metas, dyn, device)
+                entry = self.cache.get(key) or self._compile(key, values, tensors, metas, dyn, device)
             self.cache[key] = entry
             if entry.aliased is not None and entry.aliased.sequential(values, metas):
                 return self._run_sequential(values)
@@ -366,7 +367,7 @@ class OpKernel:
         return out[0] if len(out) == 1 else tuple(out)
 
     # ------------------------------------------------------------------ compile path
-    def _compile(self, values, tensors, metas, dyn, device) -> Optional[_Entry]:
+    def _compile(self, key, values, tensors, metas, dyn, device) -> Optional[_Entry]:
         """Plans and traces the executable for this call's signature; None when out=
         tensors had to be resized first (the caller then signs the call again)."""
         metas_out = self._meta(values)
@@ -513,9 +514,7 @@ class OpKernel:
         example.extend(dyn)
         if self.lowering.random:
             example.extend(_rng_state(values, self.kinds, device, advance=False))
-        # A name unique per executable: XLA's profiler reports device time per HLO
-        # module, named "jit_" + the function's name (see torchneuron.profiler).
-        traced.__name__ = f"neuron_{_IDENTIFIER.sub('_', self.op.name())}_{next(_executable_ids)}"
+        traced.__name__ = _executable_name(self.op, key)
         fn = jax.jit(traced, donate_argnums=donate)
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
@@ -635,6 +634,20 @@ class OpKernel:
 
     def _meta_from_lowering(self, values, exc: NotImplementedError):
         raise exc  # the meta kernel's own error: CPU raises the same one
+
+
+def _executable_name(op: torch._ops.OpOverload, key: tuple) -> str:
+    """The name of the executable of `op` for cache key `key`. Unique in the process:
+    XLA's profiler reports device time per HLO module, named "jit_" + this name (see
+    torchneuron.profiler). The same in every process: the name is part of the HLO, so
+    JAX's persistent compilation cache can only serve another process (a sweep worker,
+    the next run) an executable whose name does not depend on compile order."""
+    base = f"neuron_{_IDENTIFIER.sub('_', op.name())}_{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}"
+    name, n = base, 0
+    while _names.setdefault(name, (op, key)) != (op, key):  # a hash collision
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 def run_failed(exc: Exception, device: int):
