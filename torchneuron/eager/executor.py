@@ -166,6 +166,13 @@ class OpKernel:
         # on CPU (TensorIterator); so do they here.
         self.checks_overlap = mode in ("inplace", "out") and (
             torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
+        # Pointwise in-place and out= overloads compute in the dtype the functional
+        # overload gives (TensorIterator's common dtype) and cast the result into the
+        # written tensor, as ATen does: torch.add(int8, int8, out=int32) adds in int8,
+        # x_f32.mul_(y_f64) multiplies in float64.
+        functional = functional_counterpart(op) if mode in ("inplace", "out") else None
+        self.functional = functional if functional is not None and (
+            torch.Tag.pointwise in op.tags or torch.Tag.pointwise in functional.tags) else None
         self.cache: Dict[tuple, _Entry] = {}
         # TensorIterator refuses an in-place result its output cannot hold (an integer
         # tensor's mul_(2.5)); not every meta kernel checks it, so the functional
@@ -422,6 +429,7 @@ class OpKernel:
             if slot not in read_slots and covers:
                 skip.add(slot)
         fresh_specs = [] if self.mode in ("inplace", "out") else metas_out
+        compute_metas = metas_out if self.functional is None else self._functional_meta(values)
         lowering = self.lowering
         kinds = self.kinds
         defaults = self.defaults
@@ -475,7 +483,7 @@ class OpKernel:
                 else:
                     args.append(v)
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
-                                for m in metas_out],
+                                for m in compute_metas],
                           rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
             with tracing(ctx):
                 result = lowering.fn(*args)
@@ -602,18 +610,7 @@ class OpKernel:
     def _meta(self, values) -> List[Optional[Tuple[tuple, tuple, torch.dtype]]]:
         """Runs PyTorch's meta kernel: raises CPU's errors; returns (shape, stride,
         dtype) per tensor output (flattened over Tensor[] outputs)."""
-        def to_meta(v):
-            if isinstance(v, torch.Tensor):
-                return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-            if isinstance(v, (list, tuple)):
-                return type(v)(to_meta(x) for x in v)
-            if isinstance(v, torch.Generator):
-                return None
-            if isinstance(v, torch.device) and v.type == "neuron":  # factory ops
-                return torch.device("meta")
-            return v
-
-        margs = [to_meta(v) for v in values]
+        margs = [_to_meta(v) for v in values]
         schema_args = self.op._schema.arguments
         pos = [m for m, a in zip(margs, schema_args) if not a.kwarg_only]
         kw = {a.name: m for m, a in zip(margs, schema_args) if a.kwarg_only}
@@ -632,6 +629,21 @@ class OpKernel:
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                 else None if o is None else int(o) for o in outs]
+
+    def _functional_meta(self, values) -> List[Tuple[tuple, tuple, torch.dtype]]:
+        """(shape, stride, dtype) per output of the functional overload (`self.functional`)
+        on this call's inputs: what a pointwise in-place or out= overload computes
+        before casting into the tensors it writes."""
+        by_name = dict(zip(self.names, values))
+        pos, kw = [], {}
+        for a in self.functional._schema.arguments:
+            v = _to_meta(by_name.get(a.name, a.default_value if a.has_default_value() else None))
+            if a.kwarg_only:
+                kw[a.name] = v
+            else:
+                pos.append(v)
+        outs = _flatten(_as_list(self.functional(*pos, **kw)))
+        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
 
     def _meta_from_lowering(self, values, exc: NotImplementedError):
         raise exc  # the meta kernel's own error: CPU raises the same one
@@ -713,6 +725,19 @@ def _positions(values, kinds):
         elif kind == TENSOR_LIST and v is not None:
             out.extend((i, j) for j, t in enumerate(v) if t is not None and _tensor_meta(t) is not None)
     return out
+
+
+def _to_meta(v):
+    """`v` with `neuron` tensors (and devices) replaced by meta ones, for meta kernels."""
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v)
+    if isinstance(v, torch.Generator):
+        return None
+    if isinstance(v, torch.device) and v.type == "neuron":  # factory ops
+        return torch.device("meta")
+    return v
 
 
 def _dense_stride(shape, stride):

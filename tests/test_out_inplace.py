@@ -1,0 +1,34 @@
+"""out= and in-place variants on `neuron` against CPU PyTorch: the dtype they compute
+in, the tensors they write and return, resizing of out= tensors, non-contiguous
+targets. The OpInfo sweep's ``out``/``inplace`` checks cover every op on matching
+dtypes; these cases pin the shared mechanism (`eager/executor.py`)."""
+import torch
+
+from helpers import check, check_like_cpu
+
+
+def _exact(fn, *args):
+    """`check` with no tolerance: computing in another dtype shows up as rounding."""
+    return check(fn, *args, atol=0, rtol=0)
+
+
+def test_out_computes_in_the_inputs_common_dtype():
+    # TensorIterator adds int8 + int8 in int8 (wrapping) and casts into the int32 out.
+    a = torch.tensor([100, 100, -100], dtype=torch.int8)
+    _exact(lambda a: torch.add(a, a, out=torch.empty(3, dtype=torch.int32, device=a.device)), a)
+    _exact(lambda a: torch.mul(a, 3, out=torch.empty(3, dtype=torch.float32, device=a.device)), a)
+    # sin of integers computes in the default float dtype, then casts into float64.
+    x = torch.arange(-20, 20)
+    _exact(lambda x: torch.sin(x, out=torch.empty(40, dtype=torch.float64, device=x.device)), x)
+
+
+def test_inplace_computes_in_the_common_dtype():
+    # x.floor_divide_(y): 100 // 1000 in int32 is 0; in x's int8, 1000 would wrap to -24.
+    x, y = torch.tensor([100, -7], dtype=torch.int8), torch.tensor([1000, 2], dtype=torch.int32)
+    _exact(lambda x, y: x.clone().floor_divide_(y), x, y)
+    # float32 * float64 multiplies in float64 and rounds once into float32.
+    a = torch.linspace(1, 2, 101)
+    b = torch.full((101,), 1 / 3, dtype=torch.float64)
+    _exact(lambda a, b: a.clone().mul_(b), a, b)
+    _exact(lambda a, b: a.clone().addcmul_(b, b), a, b)
+    check_like_cpu(lambda a: a.clone().long().add_(1.5), a)
