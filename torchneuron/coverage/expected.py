@@ -100,7 +100,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "mean and rstd outputs: PyTorch's meta kernel (CUDA's convention, which neuron's eager executor "
              "follows for output dtypes) makes them float32 for half inputs; CPU returns them in the input dtype"),
     # ---- ties decided differently by design
-    **_cases(("kthvalue",), ("forward",), ("int8", "int16", "int32", "int64", "uint8"),
+    **_cases(("kthvalue",), ("forward", "noncontiguous", "out"), ("int8", "int16", "int32", "int64", "uint8"),
              "indices among equal values: which index kthvalue returns for a repeated value is unspecified in "
              "PyTorch; CPU's quickselect returns whichever copy its partitioning leaves at k, neuron's stable "
              "sort the first one (values are equal; the integer samples repeat values, the float ones do not)"),
