@@ -2,6 +2,7 @@
 in, the tensors they write and return, resizing of out= tensors, non-contiguous
 targets. The OpInfo sweep's ``out``/``inplace`` checks cover every op on matching
 dtypes; these cases pin the shared mechanism (`eager/executor.py`)."""
+import pytest
 import torch
 
 from helpers import check, check_like_cpu
@@ -32,3 +33,11 @@ def test_inplace_computes_in_the_common_dtype():
     _exact(lambda a, b: a.clone().mul_(b), a, b)
     _exact(lambda a, b: a.clone().addcmul_(b, b), a, b)
     check_like_cpu(lambda a: a.clone().long().add_(1.5), a)
+
+
+def test_inplace_with_arguments_in_another_order():
+    # polygamma_(self, n) is computed by the lowering of polygamma(n, self).
+    x = torch.linspace(0.5, 4, 8)
+    for n in range(3):
+        check(lambda x: x.clone().polygamma_(n), x)
+        check(lambda x: torch.polygamma(n, x, out=torch.empty_like(x)), x)

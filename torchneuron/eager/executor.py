@@ -171,6 +171,11 @@ class OpKernel:
         # written tensor, as ATen does: torch.add(int8, int8, out=int32) adds in int8,
         # x_f32.mul_(y_f64) multiplies in float64.
         functional = functional_counterpart(op) if mode in ("inplace", "out") else None
+        # The lowering takes the functional overload's arguments in its order, which an
+        # in-place overload may change: polygamma_(self, n) computes polygamma(n, self).
+        own = [self.names[i] for i in self.in_idx]
+        order = [a.name for a in functional._schema.arguments] if functional is not None else own
+        self.permute = [own.index(a) for a in order] if order != own and sorted(order) == sorted(own) else None
         self.functional = functional if functional is not None and (
             torch.Tag.pointwise in op.tags or torch.Tag.pointwise in functional.tags) else None
         self.cache: Dict[tuple, _Entry] = {}
@@ -429,13 +434,16 @@ class OpKernel:
             if slot not in read_slots and covers:
                 skip.add(slot)
         fresh_specs = [] if self.mode in ("inplace", "out") else metas_out
-        compute_metas = metas_out if self.functional is None else self._functional_meta(values)
+        compute_metas = metas_out
+        if self.functional is not None:
+            compute_metas = self._functional_meta(values)
         lowering = self.lowering
         kinds = self.kinds
         defaults = self.defaults
         in_idx = self.in_idx
         mode = self.mode
         names = self.names
+        permute = self.permute
         n_dyn = len(dyn)
         # The trace needs only to know where tensors were: holding the tensors
         # themselves would keep their storages alive as long as the executable.
@@ -482,6 +490,8 @@ class OpKernel:
                     args.append(None)
                 else:
                     args.append(v)
+            if permute is not None:
+                args = [args[k] for k in permute]
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
                                 for m in compute_metas],
                           rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
