@@ -35,6 +35,18 @@ def test_inplace_computes_in_the_common_dtype():
     check_like_cpu(lambda a: a.clone().long().add_(1.5), a)
 
 
+def test_out_via_a_decomposition_keeps_the_out_contract():
+    # mvlgamma.out runs its functional decomposition: the float result cannot be cast
+    # into an integer out tensor (CPU raises), and resizing a non-empty out warns.
+    x = torch.arange(1, 4)
+    check_like_cpu(lambda x: torch.mvlgamma(x, 1, out=torch.empty(3, dtype=torch.long, device=x.device)), x)
+    check_like_cpu(lambda x: x.clone().mvlgamma_(1), x)
+    y = torch.linspace(1, 3, 6)
+    with pytest.warns(UserWarning, match="resized"):
+        out = check(lambda y: torch.mvlgamma(y, 2, out=torch.empty(4, device=y.device)), y)
+    assert out.shape == (6,)
+
+
 def test_inplace_with_arguments_in_another_order():
     # polygamma_(self, n) is computed by the lowering of polygamma(n, self).
     x = torch.linspace(0.5, 4, 8)

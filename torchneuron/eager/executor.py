@@ -631,29 +631,36 @@ class OpKernel:
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
             if self.cast_check is not None:
-                _check_cast(_as_list(self.cast_check(*pos, **kw)), outs)
+                _check_cast(self._functional_outputs(values, self.cast_check), outs)
         elif self.mode == "out":
             outs = [margs[i] for i in self.out_idx]
+            if self.functional is not None:  # TensorIterator's out= casting rule, as in place
+                _check_cast(self._functional_outputs(values, self.functional), outs)
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                 else None if o is None else int(o) for o in outs]
 
-    def _functional_meta(self, values) -> List[Tuple[tuple, tuple, torch.dtype]]:
-        """(shape, stride, dtype) per output of the functional overload (`self.functional`)
-        on this call's inputs: what a pointwise in-place or out= overload computes
-        before casting into the tensors it writes."""
+    def _functional_outputs(self, values, functional) -> List[torch.Tensor]:
+        """The meta outputs of `functional`, the functional counterpart of this in-place
+        or out= overload, on this call's inputs (passed by name: polygamma_(self, n)
+        is polygamma(n, self))."""
         by_name = dict(zip(self.names, values))
         pos, kw = [], {}
-        for a in self.functional._schema.arguments:
+        for a in functional._schema.arguments:
             v = _to_meta(by_name.get(a.name, a.default_value if a.has_default_value() else None))
             if a.kwarg_only:
                 kw[a.name] = v
             else:
                 pos.append(v)
-        outs = _flatten(_as_list(self.functional(*pos, **kw)))
-        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
+        return _flatten(_as_list(functional(*pos, **kw)))
+
+    def _functional_meta(self, values) -> List[Tuple[tuple, tuple, torch.dtype]]:
+        """(shape, stride, dtype) per output of the functional overload (`self.functional`)
+        on this call's inputs: what a pointwise in-place or out= overload computes
+        before casting into the tensors it writes."""
+        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in self._functional_outputs(values, self.functional)]
 
     def _meta_from_lowering(self, values, exc: NotImplementedError):
         raise exc  # the meta kernel's own error: CPU raises the same one

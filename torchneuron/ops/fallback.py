@@ -14,6 +14,7 @@ import warnings
 
 import torch
 from torch._decomp import decomposition_table
+from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
 from .. import config, profiler
 
@@ -92,9 +93,11 @@ def _via_functional(op, args, kwargs):
     results = result if isinstance(result, (tuple, list)) else (result,)
     targets = [kwargs[a.name] for a in outs]
     for t, r in zip(targets, results):
-        if t.shape != r.shape:
-            t.resize_(r.shape)
-        t.copy_(r)
+        # PyTorch's out= contract, as its reference out wrappers apply it: a resize of a
+        # non-empty out tensor warns, and a result that cannot be cast safely into it
+        # (mvlgamma(int, out=int) is float) raises instead of being truncated.
+        _maybe_resize_out(t, r.shape)
+        _safe_copy_out(copy_from=r, copy_to=t)
     return targets[0] if len(targets) == 1 else tuple(targets)
 
 
