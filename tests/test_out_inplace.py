@@ -53,3 +53,12 @@ def test_inplace_with_arguments_in_another_order():
     for n in range(3):
         check(lambda x: x.clone().polygamma_(n), x)
         check(lambda x: torch.polygamma(n, x, out=torch.empty_like(x)), x)
+
+
+def test_results_that_cannot_be_cast_into_the_written_tensor_raise():
+    # Some meta kernels (mul_.Scalar's, logit_'s, angle.out's) skip TensorIterator's
+    # can_cast check; CPU raises instead of truncating the float result.
+    x = torch.arange(4)
+    check_like_cpu(lambda x: x.clone().mul_(1.5), x)
+    check_like_cpu(lambda x: x.clone().logit_(0.1), x)
+    check_like_cpu(lambda x: torch.angle(x, out=torch.empty(4, dtype=torch.long, device=x.device)), x)
