@@ -287,3 +287,9 @@ def test_noncontiguous_and_empty():
     check(lambda t, i: t.index_select(0, i), x, T([], dtype=torch.long))
     check(lambda t: t.masked_fill(t > 0, 1.0), torch.empty(0, 3))
     check_like_cpu(lambda t, i: t[i], torch.empty(0, 3), T([0]))
+
+
+def test_put_accumulate_into_bool():
+    x = torch.tensor([True, False, False, True])
+    check(lambda x: x.clone().put_(torch.tensor([1, 2, 1], device=x.device),
+                                   torch.tensor([False, True, True], device=x.device), accumulate=True), x)

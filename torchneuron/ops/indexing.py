@@ -573,7 +573,12 @@ def put(self, index, source, accumulate=False):
         return self
     flat = self.reshape(-1)
     src = source.reshape(-1).astype(self.dtype)
-    flat = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    if not accumulate:
+        flat = flat.at[idx].set(src)
+    elif self.dtype == jnp.bool_:  # CPU's bool += bool: true if either is
+        flat = flat.at[idx].max(src)
+    else:
+        flat = flat.at[idx].add(src)
     return flat.reshape(self.shape)
 
 
