@@ -109,6 +109,10 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "stable), so which of two equal values comes first is its heap's accident; neuron's sort keeps "
              "the lower index first. Values are equal and every index points at its value (the integer samples "
              "repeat values, the float ones do not)"),
+    **_cases(("sort",), ("forward", "noncontiguous", "out"), ("bfloat16", "bool", "float16", "int8", "uint8"),
+             "indices among equal values with stable=False: PyTorch leaves their order unspecified; CPU's unstable "
+             "sort of the 8000-element sample scatters equal values' indices, neuron's sort is always stable "
+             "(values are equal; these dtypes' samples repeat values, the wider ones do not)"),
     # ---- sparse layouts
     **_cases(("sparse.mm.reduce",), ("forward", "backward"), ("bfloat16", "float16", "float32", "float64"),
              "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here "
