@@ -62,3 +62,16 @@ def test_results_that_cannot_be_cast_into_the_written_tensor_raise():
     check_like_cpu(lambda x: x.clone().mul_(1.5), x)
     check_like_cpu(lambda x: x.clone().logit_(0.1), x)
     check_like_cpu(lambda x: torch.angle(x, out=torch.empty(4, dtype=torch.long, device=x.device)), x)
+
+
+def test_a_resized_out_tensor_takes_the_strides_cpu_gives_it():
+    # Structured kernels restride a resized out tensor as their meta function asks:
+    # linalg results are column-major; elementwise results are contiguous.
+    a = torch.randn(5, 5) + 5 * torch.eye(5)
+    for fn in (lambda a, o: torch.linalg.inv(a, out=o), lambda a, o: torch.add(a, 1, out=o)):
+        want = torch.empty(0)
+        fn(a, want)
+        got = torch.empty(0, device="neuron")
+        fn(a.to("neuron"), got)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)

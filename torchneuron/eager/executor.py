@@ -387,6 +387,10 @@ class OpKernel:
             for i, m in zip(self.out_idx, metas_out):
                 if m is not None and tuple(values[i].shape) != tuple(m[0]):
                     values[i].resize_(m[0])
+                    # A resized out tensor takes the strides the meta kernel chose, as
+                    # ATen's structured kernels do (linalg results are column-major).
+                    if tuple(values[i].stride()) != tuple(m[1]):
+                        values[i].as_strided_(m[0], m[1])
                     resized = True
             if resized:
                 return None
