@@ -277,3 +277,11 @@ def test_det_lu_layout_under_compile():
     n = A.clone().to("neuron").requires_grad_()
     torch.compile(loss, backend="neuron")(n).backward()
     torch.testing.assert_close(n.grad.cpu(), a.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.det, torch.linalg.slogdet, torch.linalg.cholesky, torch.linalg.inv,
+                                torch.linalg.lu_factor])
+def test_empty_matrices(fn):
+    # 0 x 0 matrices (OpInfo's first linalg.det sample): det 1, empty factors, info 0.
+    for shape in [(0, 0), (3, 0, 0)]:
+        check(fn, torch.randn(shape))
