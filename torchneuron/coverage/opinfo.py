@@ -6,7 +6,8 @@
 - ``noncontiguous``: the same with the sample's non-contiguous copy on `neuron`;
 - ``backward``: the gradients of every input that requires grad equal CPU's, for the
   same random output gradients;
-- ``out``: ``op(..., out=t)`` writes into and returns the given tensors;
+- ``out``: ``op(..., out=t)`` writes into and returns the given tensors (compared after
+  the sample's ``output_process_fn_grad``, as ``forward``);
 - ``inplace``: the in-place variant returns and updates its first argument, or raises
   the exception type CPU raises.
 
@@ -177,8 +178,11 @@ def _out(op, dtype, limit) -> Outcome:
             returned = tree_flatten(got)[0]
             assert len(returned) == len(outs) and all(r is o for r, o in zip(returned, outs)), \
                 "out= did not return the given tensors"
-            got = to_cpu(outs)
-        _compare(got, flat, op, dtype, values)
+            got = to_cpu(spec.unflatten(outs))
+        # Compared as the forward check compares: after the sample's output processing,
+        # which fixes what the op leaves free (the signs of eigenvectors).
+        process = sample.output_process_fn_grad
+        _compare(tree_flatten(process(got))[0], tree_flatten(process(want))[0], op, dtype, values)
         return 1
 
     return _run(op, dtype, limit, body)
