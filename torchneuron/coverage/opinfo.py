@@ -7,7 +7,8 @@
 - ``backward``: the gradients of every input that requires grad equal CPU's, for the
   same random output gradients;
 - ``out``: ``op(..., out=t)`` writes into and returns the given tensors (compared after
-  the sample's ``output_process_fn_grad``, as ``forward``);
+  the sample's ``output_process_fn_grad``, as ``forward``), or raises the exception type
+  CPU raises for the same out= call;
 - ``inplace``: the in-place variant returns and updates its first argument, or raises
   the exception type CPU raises.
 
@@ -171,10 +172,25 @@ def _out(op, dtype, limit) -> Outcome:
         flat, spec = tree_flatten(want)
         if not flat or not all(isinstance(t, torch.Tensor) for t in flat):
             return 0
+
+        def out_arg(device):
+            outs = [torch.empty(t.shape, dtype=t.dtype, device=device) for t in flat]
+            return outs, outs[0] if isinstance(want, torch.Tensor) else spec.unflatten(outs)
+
         dev = to_device(sample, DEVICE)
+        try:  # CPU refuses this out= call (some ops take their outs by other names): so must neuron
+            _call(op, sample.transform(torch.clone), out=out_arg("cpu")[1])
+        except Exception as exc:  # noqa: BLE001
+            try:
+                with rec.watch():
+                    _call(op, dev, out=out_arg(DEVICE)[1])
+                    torch.neuron.synchronize()
+            except type(exc):
+                return 1
+            raise AssertionError(f"CPU raised {describe(exc)} for out=; neuron did not raise it")
         with rec.watch():
-            outs = [torch.empty(t.shape, dtype=t.dtype, device=DEVICE) for t in flat]
-            got = _call(op, dev, out=outs[0] if isinstance(want, torch.Tensor) else spec.unflatten(outs))
+            outs, arg = out_arg(DEVICE)
+            got = _call(op, dev, out=arg)
             returned = tree_flatten(got)[0]
             assert len(returned) == len(outs) and all(r is o for r, o in zip(returned, outs)), \
                 "out= did not return the given tensors"
