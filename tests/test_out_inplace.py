@@ -77,6 +77,16 @@ def test_a_resized_out_tensor_takes_the_strides_cpu_gives_it():
         torch.testing.assert_close(got.cpu(), want)
 
 
+def test_out_variants_without_a_kernel_of_their_own_stay_on_the_device():
+    # masked_select.out: its functional overload's host kernel, copied into out (no CPU
+    # fallback). geqrf.a has no meta kernel: geqrf's gives the out tensors' geometry.
+    x = torch.randn(4, 5)
+    check(lambda x: torch.masked_select(x, x > 0, out=torch.empty(0, device=x.device)), x)
+    check(lambda x: torch.geqrf(x, out=(torch.empty(0, device=x.device), torch.empty(0, device=x.device))), x)
+    check_like_cpu(lambda x: torch.geqrf(x, out=(torch.empty(0, dtype=torch.long, device=x.device),
+                                                 torch.empty(0, device=x.device))), x)
+
+
 @pytest.mark.xfail(strict=True, reason="the C++ shim's resize_ (csrc/neuron.cpp) restrides to contiguous even when "
                                        "the size is unchanged; ATen's resize_ returns early then. Composite out= "
                                        "kernels (softmax.int_out, lu) call out.resize_(same size) and so write a "

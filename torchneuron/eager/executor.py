@@ -660,14 +660,28 @@ class OpKernel:
                 pos.append(v)
         return _flatten(_as_list(functional(*pos, **kw)))
 
-    def _functional_meta(self, values) -> List[Tuple[tuple, tuple, torch.dtype]]:
-        """(shape, stride, dtype) per output of the functional overload (`self.functional`)
-        on this call's inputs: what a pointwise in-place or out= overload computes
-        before casting into the tensors it writes."""
-        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in self._functional_outputs(values, self.functional)]
+    def _functional_meta(self, values, functional=None) -> List[Tuple[tuple, tuple, torch.dtype]]:
+        """(shape, stride, dtype) per output of the functional overload (`self.functional`
+        unless given) on this call's inputs: what a pointwise in-place or out= overload
+        computes before casting into the tensors it writes."""
+        outs = self._functional_outputs(values, functional or self.functional)
+        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
 
     def _meta_from_lowering(self, values, exc: NotImplementedError):
-        raise exc  # the meta kernel's own error: CPU raises the same one
+        """An out= overload with no meta kernel (geqrf.a): the functional overload's meta
+        gives the results, which the out tensors take if they can hold them safely (the
+        out= contract of PyTorch's reference wrappers)."""
+        functional = functional_counterpart(self.op) if self.mode == "out" else None
+        if functional is None:
+            raise exc  # the meta kernel's own error
+        metas = []
+        for (shape, stride, dtype), i in zip(self._functional_meta(values, functional), self.out_idx):
+            out_dtype = values[i].dtype
+            if not torch.can_cast(dtype, out_dtype):
+                raise RuntimeError(f"Attempting to cast from {dtype} to out tensor with dtype {out_dtype}, "
+                                   "but this can't be cast because it is not safe!")
+            metas.append((shape, stride, out_dtype))
+        return metas
 
 
 def run_failed(exc: Exception, device: int):

@@ -74,8 +74,9 @@ def _out_args(op):
 
 
 def _via_functional(op, args, kwargs):
-    """An out= overload computed by its functional overload's decomposition and copied
-    into the out tensors (resized as ATen's out= contract allows), or NotImplemented.
+    """An out= overload computed by its functional overload (its neuron kernel, else its
+    decomposition) and copied into the out tensors (resized as ATen's out= contract
+    allows), or NotImplemented.
     Decompositions of out= overloads take the out tensor under its schema name
     (`grad_input`, ...), which `torch._decomp`'s out wrappers do not all accept; the
     functional form has no such argument."""
@@ -83,13 +84,20 @@ def _via_functional(op, args, kwargs):
 
     outs = _out_args(op)
     func = functional_counterpart(op) if outs else None
-    decomp = _decomposition(func) if func is not None else None
-    if decomp is None:
+    if func is None:
         return NotImplemented
     fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in outs}}
-    result = _decompose(func, decomp, args, fkwargs)
-    if result is NotImplemented:
-        return NotImplemented
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
+        # The functional overload runs on neuron (a host kernel such as masked_select's,
+        # or a mutating lowering such as _native_batch_norm_legit's): better than the CPU.
+        result = func(*args, **fkwargs)
+    else:
+        decomp = _decomposition(func)
+        if decomp is None:
+            return NotImplemented
+        result = _decompose(func, decomp, args, fkwargs)
+        if result is NotImplemented:
+            return NotImplemented
     results = result if isinstance(result, (tuple, list)) else (result,)
     targets = [kwargs[a.name] for a in outs]
     for t, r in zip(targets, results):
@@ -117,7 +125,8 @@ def _decompose(op, decomp, args, kwargs):
 
 def run(op: torch._ops.OpOverload, *args, **kwargs):
     """The PrivateUse1 fallback kernel: decomposition if PyTorch has one (for an out=
-    overload, its functional overload's, copied into the out tensors), else CPU."""
+    overload, its functional overload's kernel or decomposition, copied into the out
+    tensors), else CPU."""
     if _out_args(op) and all(kwargs.get(a.name) is not None for a in _out_args(op)):
         out = _via_functional(op, args, kwargs)
         if out is not NotImplemented:
