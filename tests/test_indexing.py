@@ -293,3 +293,20 @@ def test_put_accumulate_into_bool():
     x = torch.tensor([True, False, False, True])
     check(lambda x: x.clone().put_(torch.tensor([1, 2, 1], device=x.device),
                                    torch.tensor([False, True, True], device=x.device), accumulate=True), x)
+
+
+@pytest.mark.parametrize("x, kw", [
+    (torch.tensor([1, 3, 3, 0]), {}),
+    (torch.tensor([1, 3, 3, 0], dtype=torch.uint8), {"minlength": 7}),
+    (torch.tensor([1, 3, 3, 0]), {"weights": torch.tensor([.5, 1., 2., 3.])}),
+    (torch.tensor([1, 3, 3, 0]), {"weights": torch.tensor([1, 2, 3, 4])}),  # summed in float64
+    (torch.tensor([], dtype=torch.long), {"minlength": 3, "weights": torch.tensor([])}),
+    (torch.tensor([1, -3]), {}), (torch.tensor([[1, 3]]), {}), (torch.tensor([1., 3.]), {}),
+    (torch.tensor([1, 3]), {"weights": torch.tensor([1.])}), (torch.tensor([1, 3]), {"minlength": -1}),
+])
+def test_bincount(x, kw):
+    w = kw.pop("weights", None)
+    if w is None:
+        check_like_cpu(lambda x: torch.bincount(x, **kw), x)
+    else:
+        check_like_cpu(lambda x, w: torch.bincount(x, w, **kw), x, w)

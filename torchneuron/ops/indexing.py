@@ -113,6 +113,30 @@ def nonzero(self):
     return aten.nonzero_static.default(self, size=bucket(n), fill_value=-1)[:n]
 
 
+@host_kernel(aten.bincount.default)
+def bincount(self, weights=None, minlength=0):
+    """`aten::bincount` (CPU's _bincount_cpu): its length, max(self) + 1, needs the
+    host: one synchronization reads min and max, then the counts (or summed weights)
+    are an index_add on the device. Float32 weights sum in float32, other weights in
+    float64; no weights (or an empty input) count in int64."""
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
+        name = torch.empty(0, dtype=self.dtype).type()[len("torch."):-len("Tensor")]  # ATen's ScalarType name
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{name}\'')
+    if self.dim() == 1 and self.numel() == 0:
+        return torch.zeros(minlength, dtype=torch.int64, device=self.device)
+    lo, hi = torch.stack(aten.aminmax.default(self)).tolist() if self.dim() == 1 else (-1, -1)  # one sync
+    if self.dim() != 1 or lo < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.size(0) != self.size(0)):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    dtype = torch.int64 if weights is None else torch.float32 if weights.dtype == torch.float32 else torch.float64
+    values = torch.ones_like(self, dtype=dtype) if weights is None else weights.to(dtype)
+    out = torch.zeros(max(minlength, hi + 1), dtype=dtype, device=self.device)
+    return out.index_add_(0, self, values)
+
+
 # ------------------------------------------------------------------ advanced indexing
 def _index_key(self, indices):
     """The JAX index tuple of ATen integer `indices` (None entries are full slices),
