@@ -551,3 +551,16 @@ def ormqr(self, input2, input3, left=True, transpose=False):
         q = jnp.conj(jnp.swapaxes(q, -1, -2))
     return jnp.matmul(q, input3, precision=lax.Precision.HIGHEST) if left else \
         jnp.matmul(input3, q, precision=lax.Precision.HIGHEST)
+
+
+@lowering(aten.triangular_solve.default)
+def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
+    """aten::triangular_solve: (X, A) with op(A) X = self, op(A) = A^T when `transpose`
+    (no conjugation), batch dimensions broadcast; A is returned broadcast to the batch,
+    as ATen's cloned coefficient."""
+    batch = jnp.broadcast_shapes(self.shape[:-2], A.shape[:-2])
+    b = jnp.broadcast_to(self, batch + self.shape[-2:])
+    a = jnp.broadcast_to(A, batch + A.shape[-2:])
+    x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
+                                    conjugate_a=False, unit_diagonal=unitriangular)
+    return x, a
