@@ -179,7 +179,8 @@ def _out(op, dtype, limit) -> Outcome:
 
         dev = to_device(sample, DEVICE)
         try:  # CPU refuses this out= call (some ops take their outs by other names): so must neuron
-            cpu_returned = _call(op, sample.transform(torch.clone), out=out_arg("cpu")[1])
+            cpu_returned = _call(op, sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t),
+                                 out=out_arg("cpu")[1])
         except Exception as exc:  # noqa: BLE001
             try:
                 with rec.watch():
