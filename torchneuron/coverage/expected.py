@@ -122,7 +122,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here aten::sparse_sampled_addmm) "
              "is registered for it"),
     # ---- dtypes XLA has no type for
-    **_cases(("complex", "view_as_complex"), ("forward", "backward", "noncontiguous", "out"), ("float16",),
+    **_cases(("complex", "polar", "view_as_complex"), ("forward", "backward", "noncontiguous", "out"), ("float16",),
              "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live on neuron"),
     ("to", "forward", "bcomplex32"): "bcomplex32: neither XLA nor DLPack has this type, so no tensor of it can "
                                      "live on neuron",
