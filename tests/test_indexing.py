@@ -310,3 +310,13 @@ def test_bincount(x, kw):
         check_like_cpu(lambda x: torch.bincount(x, **kw), x)
     else:
         check_like_cpu(lambda x, w: torch.bincount(x, w, **kw), x, w)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_into_bool(reduce, include_self):
+    # CPU's bool += and *= are OR and AND.
+    x = torch.tensor([True, False, False, True])
+    src = torch.tensor([False, True, True, False, True])
+    idx = torch.tensor([0, 1, 1, 3, 2])
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, idx, src)

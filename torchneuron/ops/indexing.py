@@ -442,6 +442,8 @@ def _reduce_into(x, coords, s, reduce, include_self):
     nothing lands on keep `x`; NaN propagates through amax/amin; integer means floor."""
     dt = x.dtype
     s = s.astype(dt)
+    if dt == jnp.bool_ and reduce in ("sum", "prod"):  # CPU's bool += and *=: OR and AND
+        reduce = "amax" if reduce == "sum" else "amin"
     hit = jnp.zeros(x.shape, jnp.bool_).at[coords].set(True)
     if reduce in ("sum", "mean"):
         base = x if include_self else jnp.where(hit, jnp.zeros((), dt), x)
