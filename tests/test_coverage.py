@@ -59,9 +59,11 @@ def test_report_totals_and_markdown():
     ]
     core = [{"op": "aten.add.Tensor", "status": "native", "how": "lowering"}]
     meta = {"command": "c", "date": "d", "platform": "p", "torch": "t", "jax": "j", "seconds": 1.0,
-            "samples_per_case": 1, "cases_planned": {"opinfo": 2}, "cases_run": {"opinfo": 2}, "case_seconds": 1}
+            "samples_per_case": 1, "cases_planned": {"opinfo": 3}, "cases_run": {"opinfo": 2}, "case_seconds": 1,
+            "cases_by_check": {"opinfo": {"forward": [2, 3]}, "modules": {}}}
     rep = report.build(report._judged(recs), [], core, meta)
     fwd = rep["totals"]["opinfo"]["forward"]
     assert (fwd["pairs"], fwd["pass_no_fallback"], fwd["pass_rate"]) == (2, 1, 0.5)
     md = report.markdown(rep)
+    assert "Cases run per check (run of planned): opinfo forward 2 of 3." in md
     assert "1/2 (50.0%)" in md and "| histc | forward | float32 | fail | CPU fallback: aten.histc.default |" in md

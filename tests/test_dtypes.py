@@ -232,3 +232,12 @@ def test_complex_runs_without_fallback():
     with no_fallback():
         (a * a + a).abs().cpu()
         torch.view_as_real(a).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fnuz, torch.float8_e5m2fnuz])
+def test_float8_fnuz_round_trip(dtype):
+    # The fnuz float8 types (no negative zero, NaN at 0x80) map to ml_dtypes' types.
+    x = torch.tensor([0.5, -1.25, 3., 100., float("nan"), 0.]).to(dtype)
+    assert torch.equal(x.to("neuron").cpu().view(torch.uint8), x.view(torch.uint8))
+    assert torch.equal(torch.eye(3, dtype=dtype, device="neuron").cpu().view(torch.uint8),
+                       torch.eye(3, dtype=dtype).view(torch.uint8))

@@ -124,3 +124,20 @@ def test_pow_scalar_exponent_special_values_like_cpu(dtype):
         expected = torch.pow(x, e)
         real = ~expected.isnan()  # NaN's sign bit is not specified
         assert torch.equal(actual.cpu().signbit()[real], expected.signbit()[real]), e
+
+
+def test_polygamma_and_digamma_match_cpu_at_and_near_their_poles():
+    # ATen: digamma(+-0) = -+inf, reflection below zero; zeta summed directly up to 9.
+    x = torch.cat([torch.linspace(-8.5, 10, 371, dtype=torch.float64),
+                   torch.tensor([0., -0., -1., -2., 1e-3, -1e-3, 50., 1e4], dtype=torch.float64)])
+    for dtype in (torch.float64, torch.float32):
+        check(torch.digamma, x.to(dtype))
+        for n in range(5):
+            check(lambda x: torch.polygamma(n, x), x.to(dtype))
+    check(lambda x: torch.polygamma(2, x), torch.arange(0, 6))
+
+
+def test_sign_of_bool():
+    b = torch.tensor([True, False])
+    check(torch.sign, b)
+    check(torch.sgn, b)

@@ -287,3 +287,36 @@ def test_noncontiguous_and_empty():
     check(lambda t, i: t.index_select(0, i), x, T([], dtype=torch.long))
     check(lambda t: t.masked_fill(t > 0, 1.0), torch.empty(0, 3))
     check_like_cpu(lambda t, i: t[i], torch.empty(0, 3), T([0]))
+
+
+def test_put_accumulate_into_bool():
+    x = torch.tensor([True, False, False, True])
+    check(lambda x: x.clone().put_(torch.tensor([1, 2, 1], device=x.device),
+                                   torch.tensor([False, True, True], device=x.device), accumulate=True), x)
+
+
+@pytest.mark.parametrize("x, kw", [
+    (torch.tensor([1, 3, 3, 0]), {}),
+    (torch.tensor([1, 3, 3, 0], dtype=torch.uint8), {"minlength": 7}),
+    (torch.tensor([1, 3, 3, 0]), {"weights": torch.tensor([.5, 1., 2., 3.])}),
+    (torch.tensor([1, 3, 3, 0]), {"weights": torch.tensor([1, 2, 3, 4])}),  # summed in float64
+    (torch.tensor([], dtype=torch.long), {"minlength": 3, "weights": torch.tensor([])}),
+    (torch.tensor([1, -3]), {}), (torch.tensor([[1, 3]]), {}), (torch.tensor([1., 3.]), {}),
+    (torch.tensor([1, 3]), {"weights": torch.tensor([1.])}), (torch.tensor([1, 3]), {"minlength": -1}),
+])
+def test_bincount(x, kw):
+    w = kw.pop("weights", None)
+    if w is None:
+        check_like_cpu(lambda x: torch.bincount(x, **kw), x)
+    else:
+        check_like_cpu(lambda x, w: torch.bincount(x, w, **kw), x, w)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_into_bool(reduce, include_self):
+    # CPU's bool += and *= are OR and AND.
+    x = torch.tensor([True, False, False, True])
+    src = torch.tensor([False, True, True, False, True])
+    idx = torch.tensor([0, 1, 1, 3, 2])
+    check(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, idx, src)

@@ -277,3 +277,19 @@ def test_det_lu_layout_under_compile():
     n = A.clone().to("neuron").requires_grad_()
     torch.compile(loss, backend="neuron")(n).backward()
     torch.testing.assert_close(n.grad.cpu(), a.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.det, torch.linalg.slogdet, torch.linalg.cholesky, torch.linalg.inv,
+                                torch.linalg.lu_factor])
+def test_empty_matrices(fn):
+    # 0 x 0 matrices (OpInfo's first linalg.det sample): det 1, empty factors, info 0.
+    for shape in [(0, 0), (3, 0, 0)]:
+        check(fn, torch.randn(shape))
+
+
+@pytest.mark.parametrize("upper, transpose, unitriangular", [(True, False, False), (False, True, False),
+                                                             (True, True, True)])
+def test_triangular_solve(upper, transpose, unitriangular):
+    A = torch.randn(2, 1, 4, 4, dtype=torch.complex128) + 4 * torch.eye(4)
+    B = torch.randn(3, 4, 2, dtype=torch.complex128)  # batch dims broadcast: (2, 3)
+    check(lambda B, A: torch.triangular_solve(B, A, upper, transpose, unitriangular), B, A)

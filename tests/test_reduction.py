@@ -292,3 +292,9 @@ def test_reductions_convert_input_to_dtype_like_cpu():
             fn(x)
     check(lambda t: torch.cumsum(t[0, 0], 0, dtype=torch.bool), x)  # 0-dim: no kernel, no error
     check(lambda t: torch.nansum(t, 0, dtype=torch.complex64), x.to(torch.int32))  # integers: sum
+
+
+def test_logsumexp_of_complex_keeps_the_principal_imaginary_part():
+    # ATen shifts by the max of the real part: the imaginary part stays in (-pi, pi].
+    x = torch.tensor([[1 + 3j, 0.5 - 2.5j, -1 + 3.1j], [2 - 3j, 0j, 1 + 1j]], dtype=torch.complex128)
+    check(lambda x: torch.logsumexp(x, 1), x)

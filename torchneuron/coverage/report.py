@@ -122,6 +122,10 @@ def markdown(report: dict) -> str:
         f"Cases run: " + ", ".join(f"{k} {meta['cases_run'][k]} of {meta['cases_planned'][k]}"
                                     for k in meta["cases_planned"]) +
         f" ({meta['case_seconds']} s of case time). Cases not run are not counted in the rates.", "",
+        *([("Cases run per check (run of planned): " + "; ".join(
+            f"{kind} " + ", ".join(f"{c} {rp[0]} of {rp[1]}" for c, rp in checks.items())
+            for kind, checks in meta["cases_by_check"].items() if checks) + "."), ""]
+          if meta.get("cases_by_check") else []),
         "## Totals", "",
         f"- Core ATen overloads (`torch.Tag.core`) with no CPU fallback: "
         f"{core['overloads'] - core.get('cpu_fallback', 0)}/{core['overloads']} "
@@ -161,9 +165,17 @@ def main(args) -> int:
                                                             args.op or None, args.checks)))
         else:
             results[kind] = []
-    planned = {kind: sum(1 for _ in runner._cases(kind, args.op, args.checks)) if kind in args.kinds else 0
-               for kind in runner.KINDS}
-    meta = {"cases_planned": planned, "cases_run": {k: len(v) for k, v in results.items()},
+    wanted = set(args.checks or ()) or None
+    for kind in results:  # the workdir may hold cases of other checks or ops than those asked for
+        results[kind] = [r for r in results[kind] if (wanted is None or r["check"] in wanted)
+                         and (not args.op or r["name"] in args.op)]
+    planned_by_check = {kind: dict(collections.Counter(c for _, c, _, _ in runner._cases(kind, args.op, args.checks)))
+                        if kind in args.kinds else {} for kind in runner.KINDS}
+    run_by_check = {kind: dict(collections.Counter(r["check"] for r in v)) for kind, v in results.items()}
+    meta = {"cases_planned": {k: sum(v.values()) for k, v in planned_by_check.items()},
+            "cases_run": {k: len(v) for k, v in results.items()},
+            "cases_by_check": {kind: {c: [run_by_check[kind].get(c, 0), n] for c, n in planned_by_check[kind].items()}
+                               for kind in runner.KINDS},
             "case_seconds": round(sum(r.get("seconds", 0) for v in results.values() for r in v)),
             "command": "python -m torchneuron coverage " + " ".join(args.argv), "date":
             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

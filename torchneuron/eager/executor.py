@@ -167,6 +167,18 @@ class OpKernel:
         # on CPU (TensorIterator); so do they here.
         self.checks_overlap = mode in ("inplace", "out") and (
             torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
+        # Pointwise in-place and out= overloads compute in the dtype the functional
+        # overload gives (TensorIterator's common dtype) and cast the result into the
+        # written tensor, as ATen does: torch.add(int8, int8, out=int32) adds in int8,
+        # x_f32.mul_(y_f64) multiplies in float64.
+        functional = functional_counterpart(op) if mode in ("inplace", "out") else None
+        # The lowering takes the functional overload's arguments in its order, which an
+        # in-place overload may change: polygamma_(self, n) computes polygamma(n, self).
+        own = [self.names[i] for i in self.in_idx]
+        order = [a.name for a in functional._schema.arguments] if functional is not None else own
+        self.permute = [own.index(a) for a in order] if order != own and sorted(order) == sorted(own) else None
+        self.functional = functional if functional is not None and (
+            torch.Tag.pointwise in op.tags or torch.Tag.pointwise in functional.tags) else None
         self.cache: Dict[tuple, _Entry] = {}
         # TensorIterator refuses an in-place result its output cannot hold (an integer
         # tensor's mul_(2.5)); not every meta kernel checks it, so the functional
@@ -376,6 +388,10 @@ class OpKernel:
             for i, m in zip(self.out_idx, metas_out):
                 if m is not None and tuple(values[i].shape) != tuple(m[0]):
                     values[i].resize_(m[0])
+                    # A resized out tensor takes the strides the meta kernel chose, as
+                    # ATen's structured kernels do (linalg results are column-major).
+                    if tuple(values[i].stride()) != tuple(m[1]):
+                        values[i].as_strided_(m[0], m[1])
                     resized = True
             if resized:
                 return None
@@ -423,12 +439,16 @@ class OpKernel:
             if slot not in read_slots and covers:
                 skip.add(slot)
         fresh_specs = [] if self.mode in ("inplace", "out") else metas_out
+        compute_metas = metas_out
+        if self.functional is not None:
+            compute_metas = self._functional_meta(values)
         lowering = self.lowering
         kinds = self.kinds
         defaults = self.defaults
         in_idx = self.in_idx
         mode = self.mode
         names = self.names
+        permute = self.permute
         n_dyn = len(dyn)
         # The trace needs only to know where tensors were: holding the tensors
         # themselves would keep their storages alive as long as the executable.
@@ -475,8 +495,10 @@ class OpKernel:
                     args.append(None)
                 else:
                     args.append(v)
+            if permute is not None:
+                args = [args[k] for k in permute]
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
-                                for m in metas_out],
+                                for m in compute_metas],
                           rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
             with tracing(ctx):
                 result = lowering.fn(*args)
@@ -601,18 +623,7 @@ class OpKernel:
     def _meta(self, values) -> List[Optional[Tuple[tuple, tuple, torch.dtype]]]:
         """Runs PyTorch's meta kernel: raises CPU's errors; returns (shape, stride,
         dtype) per tensor output (flattened over Tensor[] outputs)."""
-        def to_meta(v):
-            if isinstance(v, torch.Tensor):
-                return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-            if isinstance(v, (list, tuple)):
-                return type(v)(to_meta(x) for x in v)
-            if isinstance(v, torch.Generator):
-                return None
-            if isinstance(v, torch.device) and v.type == "neuron":  # factory ops
-                return torch.device("meta")
-            return v
-
-        margs = [to_meta(v) for v in values]
+        margs = [_to_meta(v) for v in values]
         schema_args = self.op._schema.arguments
         pos = [m for m, a in zip(margs, schema_args) if not a.kwarg_only]
         kw = {a.name: m for m, a in zip(margs, schema_args) if a.kwarg_only}
@@ -623,17 +634,53 @@ class OpKernel:
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
             if self.cast_check is not None:
-                _check_cast(_as_list(self.cast_check(*pos, **kw)), outs)
+                _check_cast(self._functional_outputs(values, self.cast_check), outs)
         elif self.mode == "out":
             outs = [margs[i] for i in self.out_idx]
+            if self.functional is not None:  # TensorIterator's out= casting rule, as in place
+                _check_cast(self._functional_outputs(values, self.functional), outs)
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                 else None if o is None else int(o) for o in outs]
 
+    def _functional_outputs(self, values, functional) -> List[torch.Tensor]:
+        """The meta outputs of `functional`, the functional counterpart of this in-place
+        or out= overload, on this call's inputs (passed by name: polygamma_(self, n)
+        is polygamma(n, self))."""
+        by_name = dict(zip(self.names, values))
+        pos, kw = [], {}
+        for a in functional._schema.arguments:
+            v = _to_meta(by_name.get(a.name, a.default_value if a.has_default_value() else None))
+            if a.kwarg_only:
+                kw[a.name] = v
+            else:
+                pos.append(v)
+        return _flatten(_as_list(functional(*pos, **kw)))
+
+    def _functional_meta(self, values, functional=None) -> List[Tuple[tuple, tuple, torch.dtype]]:
+        """(shape, stride, dtype) per output of the functional overload (`self.functional`
+        unless given) on this call's inputs: what a pointwise in-place or out= overload
+        computes before casting into the tensors it writes."""
+        outs = self._functional_outputs(values, functional or self.functional)
+        return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
+
     def _meta_from_lowering(self, values, exc: NotImplementedError):
-        raise exc  # the meta kernel's own error: CPU raises the same one
+        """An out= overload with no meta kernel (geqrf.a): the functional overload's meta
+        gives the results, which the out tensors take if they can hold them safely (the
+        out= contract of PyTorch's reference wrappers)."""
+        functional = functional_counterpart(self.op) if self.mode == "out" else None
+        if functional is None:
+            raise exc  # the meta kernel's own error
+        metas = []
+        for (shape, stride, dtype), i in zip(self._functional_meta(values, functional), self.out_idx):
+            out_dtype = values[i].dtype
+            if not torch.can_cast(dtype, out_dtype):
+                raise RuntimeError(f"Attempting to cast from {dtype} to out tensor with dtype {out_dtype}, "
+                                   "but this can't be cast because it is not safe!")
+            metas.append((shape, stride, out_dtype))
+        return metas
 
 
 def _executable_name(op: torch._ops.OpOverload, key: tuple) -> str:
@@ -726,6 +773,19 @@ def _positions(values, kinds):
         elif kind == TENSOR_LIST and v is not None:
             out.extend((i, j) for j, t in enumerate(v) if t is not None and _tensor_meta(t) is not None)
     return out
+
+
+def _to_meta(v):
+    """`v` with `neuron` tensors (and devices) replaced by meta ones, for meta kernels."""
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v)
+    if isinstance(v, torch.Generator):
+        return None
+    if isinstance(v, torch.device) and v.type == "neuron":  # factory ops
+        return torch.device("meta")
+    return v
 
 
 def _dense_stride(shape, stride):

@@ -4,6 +4,8 @@ Arithmetic computes in the output dtype PyTorch chose (`context().out_dtype()`),
 type promotion is exactly ATen's; comparisons compute in the promoted input type.
 Half-precision inputs compute in float32 and round once, as ATen's CPU kernels do.
 """
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -538,12 +540,72 @@ _FLOAT_UNARY = {
     aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh, aten.atanh: jnp.arctanh,
     aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.sigmoid: jax.nn.sigmoid, aten.reciprocal: lambda x: 1 / x, aten.lgamma: jax.scipy.special.gammaln,
-    aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
+    aten.digamma: lambda x: _digamma(x), aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
     aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg, aten.special_i0e: jax.scipy.special.i0e,
     aten.special_i1: jax.scipy.special.i1, aten.special_i1e: jax.scipy.special.i1e,
 }
 for _op, _fn in _FLOAT_UNARY.items():
     lowering(_op.default)(_unary_float(_fn))
+
+
+def _digamma(x):
+    """ATen's calc_digamma: -inf at +0, +inf at -0, nan at negative integers, and below
+    zero the reflection digamma(1 - x) - pi / tan(pi * frac(x)), which stays accurate
+    near the poles (JAX's digamma loses half the digits there)."""
+    neg = x < 0
+    frac = x - jnp.trunc(x)
+    r = jax.scipy.special.digamma(jnp.where(neg, 1 - x, x))
+    r = jnp.where(neg, r - jnp.pi / jnp.tan(jnp.pi * frac), r)
+    r = jnp.where(neg & (frac == 0), jnp.nan, r)
+    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), r)
+
+
+def _trigamma(x):
+    """ATen's trigamma (ATen/native/Math.h): reflection below 1/2, six recurrence steps,
+    then the asymptotic series."""
+    reflect = x < 0.5
+    sin_pi_x = jnp.sin(jnp.pi * x)
+    result = jnp.where(reflect, -(jnp.pi * jnp.pi) / (sin_pi_x * sin_pi_x), 0).astype(x.dtype)
+    x = jnp.where(reflect, 1 - x, x)
+    for _ in range(6):
+        result = result + 1 / (x * x)
+        x = x + 1
+    ixx = 1 / (x * x)
+    result = result + (1 + 1 / (2 * x) + ixx * (1. / 6 - ixx * (1. / 30 - ixx * (1. / 42)))) / x
+    return jnp.where(reflect, -result, result)
+
+
+def _zeta(s, q):
+    """ATen's zeta (Hurwitz, Cephes): inf at the poles q = 0, -1, ...; like Cephes, the
+    terms 1 / (q + k)^s are summed directly until q + k > 9 and JAX's zeta (whose
+    fixed-length series is inaccurate for negative q) continues from there."""
+    shifts = jnp.maximum(jnp.ceil(9 - q), 0)
+
+    def body(carry):
+        k, acc = carry
+        return k + 1, acc + jnp.where(k < shifts, jnp.power(q + k, -s), 0)
+
+    _, head = lax.while_loop(lambda c: c[0] < jnp.max(shifts, initial=0), body, (jnp.zeros((), q.dtype), jnp.zeros_like(q)))
+    r = head + jax.scipy.special.zeta(s, q + shifts)
+    return jnp.where((q <= 0) & (q == jnp.floor(q)), jnp.inf, r)
+
+
+@lowering(aten.polygamma.default)
+def polygamma(n, self):
+    """aten::polygamma (ATen's calc_polygamma): digamma for n = 0, trigamma for n = 1,
+    else (-1)^(n+1) n! zeta(n + 1, x); integer inputs give the default float dtype."""
+    out = _out()
+    x = cast(self, _compute(out))
+    if n == 0:
+        r = _digamma(x)
+    elif n == 1:
+        r = _trigamma(x)
+    else:
+        # zeta in float64: for float32 its series cancels badly at negative x (CPU's float
+        # kernel is accurate to float32 there; JAX's float32 zeta is off by up to 0.4%).
+        z = _zeta(jnp.asarray(n + 1, jnp.float64), x.astype(jnp.float64))
+        r = ((1.0 if n % 2 else -1.0) * math.exp(math.lgamma(n + 1.0)) * z).astype(x.dtype)
+    return r.astype(out)
 
 
 def _unary_same(fn, int_identity=False):
@@ -585,7 +647,8 @@ def conj_physical(self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 
 
-lowering(aten.sign.default)(_unary_same(jnp.sign))
+# sign of a bool is itself on CPU; jnp.sign refuses bools.
+lowering(aten.sign.default)(_unary_same(lambda x: x if x.dtype == jnp.bool_ else jnp.sign(x)))
 lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
 lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))
 lowering(aten.trunc.default)(_unary_same(jnp.trunc, int_identity=True))

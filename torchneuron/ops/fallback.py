@@ -14,6 +14,7 @@ import warnings
 
 import torch
 from torch._decomp import decomposition_table
+from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
 from .. import config, profiler
 
@@ -73,8 +74,9 @@ def _out_args(op):
 
 
 def _via_functional(op, args, kwargs):
-    """An out= overload computed by its functional overload's decomposition and copied
-    into the out tensors (resized as ATen's out= contract allows), or NotImplemented.
+    """An out= overload computed by its functional overload (its neuron kernel, else its
+    decomposition) and copied into the out tensors (resized as ATen's out= contract
+    allows), or NotImplemented.
     Decompositions of out= overloads take the out tensor under its schema name
     (`grad_input`, ...), which `torch._decomp`'s out wrappers do not all accept; the
     functional form has no such argument."""
@@ -82,19 +84,28 @@ def _via_functional(op, args, kwargs):
 
     outs = _out_args(op)
     func = functional_counterpart(op) if outs else None
-    decomp = _decomposition(func) if func is not None else None
-    if decomp is None:
+    if func is None:
         return NotImplemented
     fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in outs}}
-    result = _decompose(func, decomp, args, fkwargs)
-    if result is NotImplemented:
-        return NotImplemented
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
+        # The functional overload runs on neuron (a host kernel such as masked_select's,
+        # or a mutating lowering such as _native_batch_norm_legit's): better than the CPU.
+        result = func(*args, **fkwargs)
+    else:
+        decomp = _decomposition(func)
+        if decomp is None:
+            return NotImplemented
+        result = _decompose(func, decomp, args, fkwargs)
+        if result is NotImplemented:
+            return NotImplemented
     results = result if isinstance(result, (tuple, list)) else (result,)
     targets = [kwargs[a.name] for a in outs]
     for t, r in zip(targets, results):
-        if t.shape != r.shape:
-            t.resize_(r.shape)
-        t.copy_(r)
+        # PyTorch's out= contract, as its reference out wrappers apply it: a resize of a
+        # non-empty out tensor warns, and a result that cannot be cast safely into it
+        # (mvlgamma(int, out=int) is float) raises instead of being truncated.
+        _maybe_resize_out(t, r.shape)
+        _safe_copy_out(copy_from=r, copy_to=t)
     return targets[0] if len(targets) == 1 else tuple(targets)
 
 
@@ -114,7 +125,8 @@ def _decompose(op, decomp, args, kwargs):
 
 def run(op: torch._ops.OpOverload, *args, **kwargs):
     """The PrivateUse1 fallback kernel: decomposition if PyTorch has one (for an out=
-    overload, its functional overload's, copied into the out tensors), else CPU."""
+    overload, its functional overload's kernel or decomposition, copied into the out
+    tensors), else CPU."""
     if _out_args(op) and all(kwargs.get(a.name) is not None for a in _out_args(op)):
         out = _via_functional(op, args, kwargs)
         if out is not NotImplemented:

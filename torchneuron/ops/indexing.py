@@ -113,6 +113,30 @@ def nonzero(self):
     return aten.nonzero_static.default(self, size=bucket(n), fill_value=-1)[:n]
 
 
+@host_kernel(aten.bincount.default)
+def bincount(self, weights=None, minlength=0):
+    """`aten::bincount` (CPU's _bincount_cpu): its length, max(self) + 1, needs the
+    host: one synchronization reads min and max, then the counts (or summed weights)
+    are an index_add on the device. Float32 weights sum in float32, other weights in
+    float64; no weights (or an empty input) count in int64."""
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool:
+        name = torch.empty(0, dtype=self.dtype).type()[len("torch."):-len("Tensor")]  # ATen's ScalarType name
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{name}\'')
+    if self.dim() == 1 and self.numel() == 0:
+        return torch.zeros(minlength, dtype=torch.int64, device=self.device)
+    lo, hi = torch.stack(aten.aminmax.default(self)).tolist() if self.dim() == 1 else (-1, -1)  # one sync
+    if self.dim() != 1 or lo < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.size(0) != self.size(0)):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    dtype = torch.int64 if weights is None else torch.float32 if weights.dtype == torch.float32 else torch.float64
+    values = torch.ones_like(self, dtype=dtype) if weights is None else weights.to(dtype)
+    out = torch.zeros(max(minlength, hi + 1), dtype=dtype, device=self.device)
+    return out.index_add_(0, self, values)
+
+
 # ------------------------------------------------------------------ advanced indexing
 def _index_key(self, indices):
     """The JAX index tuple of ATen integer `indices` (None entries are full slices),
@@ -418,6 +442,8 @@ def _reduce_into(x, coords, s, reduce, include_self):
     nothing lands on keep `x`; NaN propagates through amax/amin; integer means floor."""
     dt = x.dtype
     s = s.astype(dt)
+    if dt == jnp.bool_ and reduce in ("sum", "prod"):  # CPU's bool += and *=: OR and AND
+        reduce = "amax" if reduce == "sum" else "amin"
     hit = jnp.zeros(x.shape, jnp.bool_).at[coords].set(True)
     if reduce in ("sum", "mean"):
         base = x if include_self else jnp.where(hit, jnp.zeros((), dt), x)
@@ -573,7 +599,12 @@ def put(self, index, source, accumulate=False):
         return self
     flat = self.reshape(-1)
     src = source.reshape(-1).astype(self.dtype)
-    flat = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    if not accumulate:
+        flat = flat.at[idx].set(src)
+    elif self.dtype == jnp.bool_:  # CPU's bool += bool: true if either is
+        flat = flat.at[idx].max(src)
+    else:
+        flat = flat.at[idx].add(src)
     return flat.reshape(self.shape)
 
 

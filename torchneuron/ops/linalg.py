@@ -203,7 +203,9 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
 # ------------------------------------------------------------------ decompositions
 def _first_failure(bad):
     """LAPACK's int32 `info` from per-position failures along the last axis: the
-    1-based index of the first one, 0 when there is none."""
+    1-based index of the first one, 0 when there is none (always for 0 x 0 matrices)."""
+    if bad.shape[-1] == 0:
+        return jnp.zeros(bad.shape[:-1], jnp.int32)
     return jnp.where(jnp.any(bad, axis=-1), jnp.argmax(bad, axis=-1) + 1, 0).astype(jnp.int32)
 
 
@@ -212,6 +214,8 @@ def _potrf_info(A):
     not positive-definite. XLA only reports failure (a NaN factor), so this replays the
     unblocked Cholesky recurrence; callers run it only for failed matrices."""
     n = A.shape[-1]
+    if n == 0 or A.size == 0:  # nothing to factor (the reshape below cannot infer -1)
+        return jnp.zeros(A.shape[:-2], jnp.int32)
     a = A.reshape((-1, n, n))
 
     def one(m):
@@ -547,3 +551,16 @@ def ormqr(self, input2, input3, left=True, transpose=False):
         q = jnp.conj(jnp.swapaxes(q, -1, -2))
     return jnp.matmul(q, input3, precision=lax.Precision.HIGHEST) if left else \
         jnp.matmul(input3, q, precision=lax.Precision.HIGHEST)
+
+
+@lowering(aten.triangular_solve.default)
+def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
+    """aten::triangular_solve: (X, A) with op(A) X = self, op(A) = A^T when `transpose`
+    (no conjugation), batch dimensions broadcast; A is returned broadcast to the batch,
+    as ATen's cloned coefficient."""
+    batch = jnp.broadcast_shapes(self.shape[:-2], A.shape[:-2])
+    b = jnp.broadcast_to(self, batch + self.shape[-2:])
+    a = jnp.broadcast_to(A, batch + A.shape[-2:])
+    x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
+                                    conjugate_a=False, unit_diagonal=unitriangular)
+    return x, a

@@ -283,14 +283,16 @@ def std_mean(self, dim=None, correction=None, keepdim=False):
 
 @lowering(aten.logsumexp.default)
 def logsumexp(self, dim, keepdim=False):
-    """`aten::logsumexp`: log(sum(exp(x - m))) + m with m the max, where an infinite
+    """`aten::logsumexp`: log(sum(exp(x - m))) + m with m the max (of the real part), where an infinite
     max is replaced by 0 (ATen's rule, so all -inf gives -inf and +inf gives +inf)."""
     out = context().out_dtype()
     x = self.astype(acc_type(out))
     axes = _axes(dim, self.ndim)
     if self.size == 0:
         return _shaped(jnp.log(jnp.sum(jnp.exp(x), axis=axes)))
-    m = jnp.max(x, axis=axes, keepdims=True)
+    # Complex inputs shift by the max of the real part (ATen's logsumexp_out_impl), so
+    # the result's imaginary part is that of log(sum(exp(x))), within (-pi, pi].
+    m = jnp.max(jnp.real(x), axis=axes, keepdims=True)
     m = jnp.where(jnp.isinf(m), jnp.zeros((), m.dtype), m)
     s = jnp.sum(jnp.exp(x - m), axis=axes)
     return _shaped(jnp.log(s) + jnp.squeeze(m, axis=axes))

@@ -26,7 +26,11 @@ TORCH_TO_JAX = {
     torch.complex128: jnp.dtype(jnp.complex128),
     torch.float8_e4m3fn: jnp.dtype(ml_dtypes.float8_e4m3fn),
     torch.float8_e5m2: jnp.dtype(ml_dtypes.float8_e5m2),
+    torch.float8_e4m3fnuz: jnp.dtype(ml_dtypes.float8_e4m3fnuz),
+    torch.float8_e5m2fnuz: jnp.dtype(ml_dtypes.float8_e5m2fnuz),
 }
+#: One-byte float types, which cross DLPack as uint8 views.
+_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
 
 
@@ -56,7 +60,7 @@ def numpy_view(t: torch.Tensor) -> np.ndarray:
         return np.asarray(t.item(), dtype=TORCH_TO_JAX[t.dtype])
     if t.dtype == torch.bfloat16:
         return np.from_dlpack(t.view(torch.int16)).view(ml_dtypes.bfloat16)
-    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+    if t.dtype in _FLOAT8:
         return np.from_dlpack(t.view(torch.uint8)).view(TORCH_TO_JAX[t.dtype])
     return np.from_dlpack(t)
 
@@ -66,6 +70,6 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
     dt = JAX_TO_TORCH[jnp.dtype(a.dtype)]
     if dt == torch.bfloat16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    if dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+    if dt in _FLOAT8:
         return torch.from_numpy(a.view(np.uint8)).view(dt)
     return torch.from_numpy(a)
