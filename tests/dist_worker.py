@@ -80,6 +80,16 @@ def all_reduce():
     work = dist.all_reduce(t, async_op=True)
     assert work.wait()
     _close(t, stacked.sum(0))
+    # Collectives issued on one tensor before either is waited run in issue order, as on
+    # one CUDA stream: the second sees the first's result.
+    t = inputs[rank].to(DEV)
+    first, second = dist.all_reduce(t, async_op=True), dist.all_reduce(t, async_op=True)
+    first.wait(), second.wait()
+    _close(t, stacked.sum(0) * world)
+    t = inputs[rank].to(DEV)
+    first, second = dist.broadcast(t, src=world - 1, async_op=True), dist.all_reduce(t, async_op=True)
+    second.wait(), first.wait()
+    _close(t, inputs[world - 1] * world)
     # CPU tensors go through the same process group.
     c = inputs[rank].clone()
     dist.all_reduce(c)

@@ -17,7 +17,7 @@ device buffer (`staging.adopt`).
 from __future__ import annotations
 
 import datetime
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -197,6 +197,8 @@ class NeuronBackend(c10d.Backend):
         self._check = metadata.Checker(self._gloo, rank, size)
         # Works issued since start_coalescing(), or None outside a coalescing block.
         self._coalesced: Optional[List[StagedWork]] = None
+        # Storage data_ptr -> the latest work that writes it (see _after_pending_writes).
+        self._writing: Dict[int, StagedWork] = {}
 
     # -- identity -----------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -254,6 +256,7 @@ class NeuronBackend(c10d.Backend):
         the host versions and returns the work that copies `outputs` back. `inplace`
         are tensors both read and written (e.g. all_reduce's). `check` is the
         metadata every rank must agree on (default: all tensors' dtypes and shapes)."""
+        self._after_pending_writes(_flatten(inplace) + _flatten(inputs) + _flatten(outputs))
         agreed = self._check.begin(name, check if check is not None else (inplace, inputs, outputs))
         host_of = {}
 
@@ -272,8 +275,29 @@ class NeuronBackend(c10d.Backend):
         copies = [(t, host_of[id(t)]) for t in written if _is_neuron(t)]
         staged = [host_of[id(t)] for t in _flatten(inplace) + _flatten(inputs) + _flatten(outputs)
                   if _is_neuron(t)]
-        return self._record(StagedWork([inner], copies, written, epilogue,
-                                       list({id(h): h for h in staged}.values())))
+        return self._note_writes(self._record(StagedWork([inner], copies, written, epilogue,
+                                                         list({id(h): h for h in staged}.values()))),
+                                 written)
+
+    def _after_pending_writes(self, tensors) -> None:
+        """Waits for the unfinished works that write the storage of one of `tensors`
+        (`neuron` ones): their results reach the device only in `wait()`, and a
+        collective issued later must see them, as collectives on one CUDA stream do
+        (all_reduce(t, async_op=True) twice, then both waits)."""
+        for t in tensors:
+            if _is_neuron(t):
+                work = self._writing.get(t.untyped_storage().data_ptr())
+                if work is not None and not work._done:
+                    work.wait()
+
+    def _note_writes(self, work: StagedWork, written) -> StagedWork:
+        """Records `work` as the latest writer of its `neuron` tensors' storages."""
+        if len(self._writing) > 1024:  # forget finished works now and then
+            self._writing = {k: w for k, w in self._writing.items() if not w._done}
+        for t in written:
+            if _is_neuron(t):
+                self._writing[t.untyped_storage().data_ptr()] = work
+        return work
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
         """gloo has no ReduceOp.AVG: sum, then divide by the world size (integer
@@ -427,11 +451,13 @@ class NeuronBackend(c10d.Backend):
                                       f"0 to {self._size - 1}")
 
     def _staged_p2p(self, run, tensors, fill: bool, work_type=StagedWork) -> StagedWork:
+        self._after_pending_writes(tensors)
         host = [_host_copy(t) if fill else _host_empty(t) for t in tensors]
         inner = run(host)
         copies = [] if fill else [(t, h) for t, h in zip(tensors, host) if _is_neuron(t)]
         staged = [h for t, h in zip(tensors, host) if _is_neuron(t)]
-        return self._record(work_type([inner], copies, list(tensors), staged=staged))
+        work = self._record(work_type([inner], copies, list(tensors), staged=staged))
+        return work if fill else self._note_writes(work, tensors)
 
     def barrier(self, opts):
         return self._record(StagedWork([self._gloo.barrier(opts)], [], []))
