@@ -119,8 +119,8 @@ def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
             except Exception:  # noqa: BLE001 - no non-contiguous form (sparse inputs)
                 return 0
             dev = dev.noncontiguous()
-            try:
-                _call(op, cpu_nc)
+            try:  # CPU on the same layout: as_strided reads the storage, not the view
+                want = cpu_nc.output_process_fn_grad(_call(op, cpu_nc))
             except Exception as exc:  # noqa: BLE001 - CPU refuses the non-contiguous form: so must neuron
                 try:
                     with rec.watch():
