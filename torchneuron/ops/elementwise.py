@@ -122,6 +122,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         return (a / b).astype(out)
     if jnp.issubdtype(c, jnp.integer):
+        a, b = jnp.broadcast_arrays(a, b)  # lax.div does not broadcast (x // y of shapes (3, 1) and (2,))
         if rounding_mode == "trunc":
             ctx = context()
             ctx.check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
