@@ -141,3 +141,18 @@ def test_sign_of_bool():
     b = torch.tensor([True, False])
     check(torch.sign, b)
     check(torch.sgn, b)
+
+
+def test_special_zeta():
+    x = torch.tensor([2., 3., 4.5, 2., 3., 1.])
+    q = torch.tensor([0.5, -2.5, 10., -3., 0., 2.])  # poles at q = 0, -1, ... give inf
+    check(torch.special.zeta, x, q)
+    check(lambda q: torch.special.zeta(3., q), q.double())
+    check(lambda x: torch.special.zeta(x, 2), torch.arange(2, 6))
+
+
+def test_integer_division_with_rounding_broadcasts():
+    a, b = torch.tensor([[7], [-9], [4]]), torch.tensor([2, -3])
+    check(lambda a, b: torch.div(a, b, rounding_mode="floor"), a, b)
+    check(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b)
+    check(lambda a: torch.unravel_index(a, (2, 3, 4)), torch.tensor([[1, 5], [7, 23]]))

@@ -8,6 +8,8 @@ import torchneuron
 from torchneuron import config
 from torchneuron.ops import fallback
 
+from helpers import check
+
 _lib = torch.library.Library("tnx_test", "DEF")
 _lib.define("twice(Tensor x) -> Tensor")
 _lib.define("halve_(Tensor(a!) x) -> Tensor(a!)")
@@ -57,3 +59,12 @@ def test_decomposition_preferred_over_cpu():
     # aten.lerp.Scalar etc. have lowerings; an op PyTorch decomposes must not count as fallback.
     decomposed = [op for op in fallback.decomposition_table if op.name().startswith("aten::")]
     assert decomposed  # PyTorch provides decompositions the fallback can use
+
+
+def test_a_decomposition_cycle_through_other_ops_ends_on_the_cpu():
+    # special_bessel_j0 (no lowering): its out= overload's functional reference calls a
+    # prim that calls special_bessel_j0, whose composite kernel calls the out= overload
+    # again. The cycle is cut and the op runs on the CPU, in forward and out= forms.
+    x = torch.rand(5) * 4
+    check(torch.special.bessel_j0, x, allow_fallback=True)
+    check(lambda x: torch.special.bessel_j0(x, out=torch.empty_like(x)), x, allow_fallback=True)

@@ -5,7 +5,8 @@
   compared.
 - EXPECTED_FALLBACKS: ATen overloads allowed to run through the CPU fallback, with why.
   A case that falls back to any other op fails.
-- EXPECTED_FAILURES: (OpInfo or ModuleInfo name, check, dtype name or "*") -> reason;
+- EXPECTED_FAILURES: (OpInfo or ModuleInfo name, check, dtype name or "*") -> reason
+  (a forward entry covers the non-contiguous cases too);
   EXPECTED_DTYPE_FAILURES: dtype name -> reason, for every case of that dtype.
   The tests mark these cases xfail (strict: a case that starts passing fails until its
   entry is removed) and the report lists them with the reason.
@@ -76,7 +77,7 @@ _BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_b
 
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     # ---- rounding of half-precision results (see _HALF_ROUNDING)
-    **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward", "noncontiguous", "out"), _HALF,
+    **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward", "out"), _HALF,
              _half_rounding),
     **_cases(("native_layer_norm", "nn.functional.layer_norm", "nn.functional.adaptive_avg_pool2d",
               "nn.functional.avg_pool2d", "nn.functional.pad.replicate_negative", "cross",
@@ -101,16 +102,16 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "mean and rstd outputs: PyTorch's meta kernel (CUDA's convention, which neuron's eager executor "
              "follows for output dtypes) makes them float32 for half inputs; CPU returns them in the input dtype"),
     # ---- ties decided differently by design
-    **_cases(("kthvalue",), ("forward", "noncontiguous", "out"), ("int8", "int16", "int32", "int64", "uint8"),
+    **_cases(("kthvalue",), ("forward", "out"), ("int8", "int16", "int32", "int64", "uint8"),
              "indices among equal values: which index kthvalue returns for a repeated value is unspecified in "
              "PyTorch; CPU's quickselect returns whichever copy its partitioning leaves at k, neuron's stable "
              "sort the first one (values are equal; the integer samples repeat values, the float ones do not)"),
-    **_cases(("topk",), ("forward", "noncontiguous", "out"), ("int8", "int16", "int32", "int64", "uint8"),
+    **_cases(("topk",), ("forward", "out"), ("int8", "int16", "int32", "int64", "uint8"),
              "indices among equal values: CPU's topk orders the k largest with std::partial_sort (a heap, not "
              "stable), so which of two equal values comes first is its heap's accident; neuron's sort keeps "
              "the lower index first. Values are equal and every index points at its value (the integer samples "
              "repeat values, the float ones do not)"),
-    **_cases(("sort",), ("forward", "noncontiguous", "out"), ("bfloat16", "bool", "float16", "int8", "uint8"),
+    **_cases(("sort", "argsort"), ("forward", "out"), ("bfloat16", "bool", "float16", "int8", "uint8"),
              "indices among equal values with stable=False: PyTorch leaves their order unspecified; CPU's unstable "
              "sort of the 8000-element sample scatters equal values' indices, neuron's sort is always stable "
              "(values are equal; these dtypes' samples repeat values, the wider ones do not)"),
@@ -121,9 +122,13 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(("sparse.sampled_addmm",), ("forward", "backward"), ("complex64", "complex128", "float32", "float64"),
              "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here aten::sparse_sampled_addmm) "
              "is registered for it"),
+    ("to_sparse", "forward", "*"): "sparse COO output: neuron has dense tensors only; no SparsePrivateUse1 kernel "
+                                   "(here aten::_sparse_coo_tensor_with_dims_and_tensors) is registered for it",
     # ---- dtypes XLA has no type for
-    **_cases(("complex", "polar", "view_as_complex"), ("forward", "backward", "noncontiguous", "out"), ("float16",),
+    **_cases(("complex", "polar", "view_as_complex"), ("forward", "backward", "out"), ("float16",),
              "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live on neuron"),
+    ("chalf", "forward", "*"): "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live "
+                               "on neuron",
     ("to", "forward", "bcomplex32"): "bcomplex32: neither XLA nor DLPack has this type, so no tensor of it can "
                                      "live on neuron",
     # ---- matrix_exp
@@ -146,7 +151,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              ("float32",) + _HALF, _FLASH_EXP),
     ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", "forward", "float16"): _FLASH_EXP,
     # ---- ops still on the CPU fallback (each case fails on the fallback; values match CPU's)
-    **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward", "noncontiguous", "out"),
+    **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward", "out"),
              ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),
              "CPU fallback: the scaled float8 matmuls (aten._scaled_mm, _scaled_mm_v2) are not lowered yet"),
     # ---- uint8 interpolation without antialiasing
@@ -174,11 +179,19 @@ def values_not_compared(op) -> Optional[str]:
     return VALUES_NOT_COMPARED.get(opinfo_name(op)) or VALUES_NOT_COMPARED.get(op.name)
 
 
+#: Checks that compute the forward's values on another input layout: a forward case's
+#: expected failure is theirs too (out= cases are listed: CPU may refuse the out= call).
+_AS_FORWARD = ("noncontiguous",)
+
+
 def expected_failure(name: str, check: str, dtype) -> Optional[str]:
-    """The reason case (name, check, dtype) is expected to fail, or None."""
+    """The reason case (name, check, dtype) is expected to fail, or None. Non-contiguous
+    cases inherit the forward case's reason."""
     dt = str(dtype).replace("torch.", "")
-    return (EXPECTED_FAILURES.get((name, check, dt)) or EXPECTED_FAILURES.get((name, check, "*"))
-            or EXPECTED_DTYPE_FAILURES.get(dt))
+    found = EXPECTED_FAILURES.get((name, check, dt)) or EXPECTED_FAILURES.get((name, check, "*"))
+    if not found and check in _AS_FORWARD:
+        found = EXPECTED_FAILURES.get((name, "forward", dt)) or EXPECTED_FAILURES.get((name, "forward", "*"))
+    return found or EXPECTED_DTYPE_FAILURES.get(dt)
 
 
 def unexpected_fallbacks(fallbacks: Dict[str, int]) -> Dict[str, int]:

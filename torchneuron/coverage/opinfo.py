@@ -3,7 +3,8 @@
 
 - ``forward``: each sample's result equals CPU's (after the sample's
   ``output_process_fn_grad``, as PyTorch's own ``test_compare_cpu`` does);
-- ``noncontiguous``: the same with the sample's non-contiguous copy on `neuron`;
+- ``noncontiguous``: the same with the sample's non-contiguous copy on `neuron`, or the
+  exception type CPU raises for that copy (view_as_complex needs a unit last stride);
 - ``backward``: the gradients of every input that requires grad equal CPU's, for the
   same random output gradients;
 - ``out``: ``op(..., out=t)`` writes into and returns the given tensors (compared after
@@ -113,7 +114,21 @@ def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
             return 0
         dev = to_device(sample, DEVICE)
         if noncontiguous:  # made on the device: a copy to it would come out contiguous
+            try:
+                cpu_nc = sample.noncontiguous()
+            except Exception:  # noqa: BLE001 - no non-contiguous form (sparse inputs)
+                return 0
             dev = dev.noncontiguous()
+            try:  # CPU on the same layout: as_strided reads the storage, not the view
+                want = cpu_nc.output_process_fn_grad(_call(op, cpu_nc))
+            except Exception as exc:  # noqa: BLE001 - CPU refuses the non-contiguous form: so must neuron
+                try:
+                    with rec.watch():
+                        _call(op, dev)
+                        torch.neuron.synchronize()
+                except type(exc):
+                    return 1
+                raise AssertionError(f"CPU raised {describe(exc)} on the non-contiguous sample; neuron did not")
         with rec.watch():
             got = dev.output_process_fn_grad(_call(op, dev))
             got = to_cpu(got)

@@ -122,6 +122,7 @@ def div(self, other, rounding_mode=None):
     if rounding_mode is None:
         return (a / b).astype(out)
     if jnp.issubdtype(c, jnp.integer):
+        a, b = jnp.broadcast_arrays(a, b)  # lax.div does not broadcast (x // y of shapes (3, 1) and (2,))
         if rounding_mode == "trunc":
             ctx = context()
             ctx.check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
@@ -579,6 +580,7 @@ def _zeta(s, q):
     """ATen's zeta (Hurwitz, Cephes): inf at the poles q = 0, -1, ...; like Cephes, the
     terms 1 / (q + k)^s are summed directly until q + k > 9 and JAX's zeta (whose
     fixed-length series is inaccurate for negative q) continues from there."""
+    s, q = jnp.broadcast_arrays(s, q)
     shifts = jnp.maximum(jnp.ceil(9 - q), 0)
 
     def body(carry):
@@ -588,6 +590,15 @@ def _zeta(s, q):
     _, head = lax.while_loop(lambda c: c[0] < jnp.max(shifts, initial=0), body, (jnp.zeros((), q.dtype), jnp.zeros_like(q)))
     r = head + jax.scipy.special.zeta(s, q + shifts)
     return jnp.where((q <= 0) & (q == jnp.floor(q)), jnp.inf, r)
+
+
+@lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+def special_zeta(self, other):
+    """aten::special_zeta: the Hurwitz zeta function zeta(self, other) (ATen's zeta, see
+    `_zeta`); integer inputs give the default float dtype."""
+    out = _out()
+    c = _compute(out)
+    return _zeta(cast(self, c), cast(other, c)).astype(out)
 
 
 @lowering(aten.polygamma.default)

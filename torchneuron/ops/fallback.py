@@ -64,9 +64,20 @@ def _device_of(args, kwargs):
 
 
 def _decomposition(op):
-    if getattr(_local, "active", None) is op:
-        return None  # a decomposition that calls its own op would recurse
+    if op in _active():
+        # A decomposition that reaches its own op again would recurse, also through other
+        # ops: special_bessel_j0.out -> its functional's reference -> a prim that calls
+        # special_bessel_j0, whose composite kernel calls the out= overload again.
+        return None
     return decomposition_table.get(op)
+
+
+def _active() -> set:
+    """The ops whose decompositions are running on this thread."""
+    active = getattr(_local, "active", None)
+    if active is None:
+        active = _local.active = set()
+    return active
 
 
 def _out_args(op):
@@ -87,9 +98,12 @@ def _via_functional(op, args, kwargs):
     if func is None:
         return NotImplemented
     fkwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in outs}}
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
-        # The functional overload runs on neuron (a host kernel such as masked_select's,
-        # or a mutating lowering such as _native_batch_norm_legit's): better than the CPU.
+    from ..eager.install import KERNELS
+
+    if func in KERNELS:
+        # The functional overload has a neuron kernel of ours (a host kernel such as
+        # masked_select's): better than the CPU. Not any PrivateUse1 kernel: a structured
+        # op's composite functional kernel calls this very out= overload.
         result = func(*args, **fkwargs)
     else:
         decomp = _decomposition(func)
@@ -112,12 +126,12 @@ def _via_functional(op, args, kwargs):
 def _decompose(op, decomp, args, kwargs):
     """Runs `op`'s decomposition (marking `op` active on this thread) and counts it;
     NotImplemented if the decomposition declines."""
-    prev = getattr(_local, "active", None)
-    _local.active = op
+    active = _active()
+    active.add(op)
     try:
         out = decomp(*args, **kwargs)
     finally:
-        _local.active = prev
+        active.discard(op)
     if out is not NotImplemented:
         _decomposed[str(op)] += 1
     return out
