@@ -93,6 +93,7 @@ class StagedWork(c10d.Work):
         self._outputs = outputs
         self._epilogue = epilogue
         self._done = False
+        self._forget: Optional[Callable[[], None]] = None  # set by NeuronBackend._note_writes
 
     def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         if self._done:
@@ -111,6 +112,9 @@ class StagedWork(c10d.Work):
             _POOL.release(host_tensor)
         self._done = True
         self._deps = self._copies = self._epilogue = self._staged = None
+        if self._forget is not None:
+            self._forget()
+            self._forget = None
         return True
 
     def is_completed(self) -> bool:
@@ -291,12 +295,18 @@ class NeuronBackend(c10d.Backend):
                     work.wait()
 
     def _note_writes(self, work: StagedWork, written) -> StagedWork:
-        """Records `work` as the latest writer of its `neuron` tensors' storages."""
-        if len(self._writing) > 1024:  # forget finished works now and then
-            self._writing = {k: w for k, w in self._writing.items() if not w._done}
-        for t in written:
-            if _is_neuron(t):
-                self._writing[t.untyped_storage().data_ptr()] = work
+        """Records `work` as the latest writer of its `neuron` tensors' storages until
+        it is waited (holding a finished work would keep its tensors alive)."""
+        keys = [t.untyped_storage().data_ptr() for t in written if _is_neuron(t)]
+        writing = self._writing
+
+        def forget() -> None:
+            for key in keys:
+                if writing.get(key) is work:
+                    del writing[key]
+        for key in keys:
+            writing[key] = work
+        work._forget = forget
         return work
 
     def _avg_epilogue(self, opts, tensors) -> Optional[Callable[[], None]]:
