@@ -180,11 +180,11 @@ class OpKernel:
         self.functional = functional if functional is not None and (
             torch.Tag.pointwise in op.tags or torch.Tag.pointwise in functional.tags) else None
         self.cache: Dict[tuple, _Entry] = {}
-        # TensorIterator refuses an in-place result its output cannot hold (an integer
+        # TensorIterator refuses a result the written tensor cannot hold (an integer
         # tensor's mul_(2.5)); not every meta kernel checks it, so the functional
         # overload's meta result type is compared with the written tensors' dtypes.
-        self.cast_check = (functional_counterpart(op) if mode == "inplace" and (
-            torch.Tag.pointwise in op.tags or op.name().startswith("aten::_foreach_")) else None)
+        foreach_inplace = mode == "inplace" and op.name().startswith("aten::_foreach_")
+        self.cast_check = functional if foreach_inplace else self.functional
         self.kinds_t = tuple(self.kinds)
         self.one_fresh = self.return_src == [None] and not self.single_list
         self.defaults_t = tuple(self.defaults)
@@ -633,15 +633,13 @@ class OpKernel:
             return self._meta_from_lowering(values, exc)
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
-            if self.cast_check is not None:
-                _check_cast(self._functional_outputs(values, self.cast_check), outs)
         elif self.mode == "out":
             outs = [margs[i] for i in self.out_idx]
-            if self.functional is not None:  # TensorIterator's out= casting rule, as in place
-                _check_cast(self._functional_outputs(values, self.functional), outs)
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
+        if self.cast_check is not None:
+            _check_cast(self._functional_outputs(values, self.cast_check), outs)
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                 else None if o is None else int(o) for o in outs]
 
