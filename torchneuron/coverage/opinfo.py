@@ -104,6 +104,18 @@ def _run(op, dtype, limit, body) -> Outcome:
     return rec.outcome(n)
 
 
+def _raises_too(exc: Exception, rec, run, where: str) -> int:
+    """1 (one case) if `run` on `neuron` raises `exc`'s type, as CPU did; otherwise
+    AssertionError naming CPU's error (`where`: which call of the case it was)."""
+    try:
+        with rec.watch():
+            run()
+            torch.neuron.synchronize()
+    except type(exc):
+        return 1
+    raise AssertionError(f"CPU raised {describe(exc)}{' ' + where if where else ''}; neuron did not raise it")
+
+
 def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
     values = not expected.values_not_compared(op)
 
@@ -122,13 +134,7 @@ def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
             try:  # CPU on the same layout: as_strided reads the storage, not the view
                 want = cpu_nc.output_process_fn_grad(_call(op, cpu_nc))
             except Exception as exc:  # noqa: BLE001 - CPU refuses the non-contiguous form: so must neuron
-                try:
-                    with rec.watch():
-                        _call(op, dev)
-                        torch.neuron.synchronize()
-                except type(exc):
-                    return 1
-                raise AssertionError(f"CPU raised {describe(exc)} on the non-contiguous sample; neuron did not")
+                return _raises_too(exc, rec, lambda: _call(op, dev), "on the non-contiguous sample")
         with rec.watch():
             got = dev.output_process_fn_grad(_call(op, dev))
             got = to_cpu(got)
@@ -197,13 +203,7 @@ def _out(op, dtype, limit) -> Outcome:
             cpu_returned = _call(op, sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t),
                                  out=out_arg("cpu")[1])
         except Exception as exc:  # noqa: BLE001
-            try:
-                with rec.watch():
-                    _call(op, dev, out=out_arg(DEVICE)[1])
-                    torch.neuron.synchronize()
-            except type(exc):
-                return 1
-            raise AssertionError(f"CPU raised {describe(exc)} for out=; neuron did not raise it")
+            return _raises_too(exc, rec, lambda: _call(op, dev, out=out_arg(DEVICE)[1]), "for out=")
         with rec.watch():
             outs, arg = out_arg(DEVICE)
             got = _call(op, dev, out=arg)
@@ -233,13 +233,7 @@ def _inplace(op, dtype, limit) -> Outcome:
         try:
             want = _call(fn, cpu)
         except Exception as exc:  # noqa: BLE001 - CPU refuses: neuron must raise the same type
-            try:
-                with rec.watch():
-                    _call(fn, dev)
-                    torch.neuron.synchronize()
-            except type(exc):
-                return 1
-            raise AssertionError(f"CPU raised {describe(exc)}; neuron did not raise it")
+            return _raises_too(exc, rec, lambda: _call(fn, dev), "")
         with rec.watch():
             got = _call(fn, dev)
             assert got is dev.input, "the in-place variant did not return its first argument"
