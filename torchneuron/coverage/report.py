@@ -158,13 +158,13 @@ def main(args) -> int:
     workdir = args.workdir or os.path.join(args.out, ".work")
     results = {}
     for kind in runner.KINDS:
-        if kind in args.kinds and args.no_run:
-            results[kind] = _judged(_records(glob.glob(os.path.join(workdir, f"{kind}-*.jsonl"))))
-        elif kind in args.kinds:
-            results[kind] = _judged(_records(runner.run_all(kind, workdir, args.jobs, args.samples, args.timeout,
-                                                            args.op or None, args.checks)))
-        else:
+        if kind not in args.kinds:
             results[kind] = []
+            continue
+        if not args.no_run:
+            runner.run_all(kind, workdir, args.jobs, args.samples, args.timeout, args.op or None, args.checks)
+        # Every shard file counts, also those of an earlier run with another --jobs.
+        results[kind] = _judged(_records(glob.glob(os.path.join(workdir, f"{kind}-*.jsonl"))))
     wanted = set(args.checks or ()) or None
     for kind in results:  # the workdir may hold cases of other checks or ops than those asked for
         results[kind] = [r for r in results[kind] if (wanted is None or r["check"] in wanted)
