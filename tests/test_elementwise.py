@@ -156,3 +156,16 @@ def test_integer_division_with_rounding_broadcasts():
     check(lambda a, b: torch.div(a, b, rounding_mode="floor"), a, b)
     check(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b)
     check(lambda a: torch.unravel_index(a, (2, 3, 4)), torch.tensor([[1, 5], [7, 23]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("fn", [torch.tanh, torch.sigmoid, torch.nn.functional.tanhshrink])
+def test_complex_gradients_use_the_conjugate_derivative(fn, dtype):
+    # tanh_backward/sigmoid_backward multiply by conj(f'(z)) for complex inputs, as on CPU.
+    gen = torch.Generator().manual_seed(0)
+    x, g = torch.randn(20, dtype=dtype, generator=gen), torch.randn(20, dtype=dtype, generator=gen)
+    on_cpu = x.clone().requires_grad_()
+    fn(on_cpu).backward(g)
+    on_neuron = x.to("neuron").requires_grad_()
+    fn(on_neuron).backward(g.to("neuron"))
+    torch.testing.assert_close(on_neuron.grad.cpu(), on_cpu.grad)

@@ -122,13 +122,14 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(("sparse.sampled_addmm",), ("forward", "backward"), ("complex64", "complex128", "float32", "float64"),
              "sparse CSR input: neuron has dense tensors only; no SparseCsr kernel (here aten::sparse_sampled_addmm) "
              "is registered for it"),
-    ("to_sparse", "forward", "*"): "sparse COO output: neuron has dense tensors only; no SparsePrivateUse1 kernel "
-                                   "(here aten::_sparse_coo_tensor_with_dims_and_tensors) is registered for it",
+    **_cases(("to_sparse",), ("forward", "backward"), ("*",),
+             "sparse COO output: neuron has dense tensors only; no SparsePrivateUse1 kernel "
+             "(here aten::_sparse_coo_tensor_with_dims_and_tensors) is registered for it"),
     # ---- dtypes XLA has no type for
     **_cases(("complex", "polar", "view_as_complex"), ("forward", "backward", "out"), ("float16",),
              "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live on neuron"),
-    ("chalf", "forward", "*"): "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live "
-                               "on neuron",
+    **_cases(("chalf",), ("forward", "backward"), ("*",),
+             "the result is complex32 (torch.chalf), which XLA has no type for, so it cannot live on neuron"),
     ("to", "forward", "bcomplex32"): "bcomplex32: neither XLA nor DLPack has this type, so no tensor of it can "
                                      "live on neuron",
     # ---- matrix_exp

@@ -75,6 +75,22 @@ def _samples(op, dtype, requires_grad: bool, limit: Optional[int]) -> Iterator:
         yield sample
 
 
+#: OpInfos whose positional sample arguments ATen takes on the host, whatever the
+#: input's device (PyTorch's own device tests build them on the CPU too).
+_HOST_ARGUMENTS = {
+    "tensor_split": "a tensor indices_or_sections must be on the CPU",
+}
+
+
+def _on_device(op, sample):
+    """`sample` with its tensors on `neuron`, except the arguments ATen wants on the host."""
+    if op.name not in _HOST_ARGUMENTS:
+        return to_device(sample, DEVICE)
+    dev = to_device(sample, DEVICE)
+    dev.args = sample.args
+    return dev
+
+
 def _call(fn, sample, **extra):
     return fn(sample.input, *sample.args, **sample.kwargs, **extra)
 
@@ -124,7 +140,7 @@ def _forward(op, dtype, limit, noncontiguous: bool) -> Outcome:
             want = sample.output_process_fn_grad(_call(op, sample))
         except Exception:  # noqa: BLE001 - CPU rejects the sample: not a forward case
             return 0
-        dev = to_device(sample, DEVICE)
+        dev = _on_device(op, sample)
         if noncontiguous:  # made on the device: a copy to it would come out contiguous
             try:
                 cpu_nc = sample.noncontiguous()
@@ -165,7 +181,7 @@ def _backward(op, dtype, limit) -> Outcome:
                 want = torch.autograd.grad(outs, leaves, grads_out, allow_unused=True)
             except Exception:  # noqa: BLE001 - CPU cannot differentiate this sample
                 continue
-            dev = to_device(sample, DEVICE)
+            dev = _on_device(op, sample)
             dleaves = [t for t in tree_flatten((dev.input, dev.args, dev.kwargs))[0]
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             with rec.watch():
@@ -198,7 +214,7 @@ def _out(op, dtype, limit) -> Outcome:
             outs = [torch.empty(t.shape, dtype=t.dtype, device=device) for t in flat]
             return outs, outs[0] if isinstance(want, torch.Tensor) else spec.unflatten(outs)
 
-        dev = to_device(sample, DEVICE)
+        dev = _on_device(op, sample)
         try:  # CPU refuses this out= call (some ops take their outs by other names): so must neuron
             cpu_returned = _call(op, sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t),
                                  out=out_arg("cpu")[1])
@@ -229,7 +245,7 @@ def _inplace(op, dtype, limit) -> Outcome:
 
     def body(sample, rec):
         cpu = sample.transform(torch.clone)
-        dev = to_device(sample, DEVICE)
+        dev = _on_device(op, sample)
         try:
             want = _call(fn, cpu)
         except Exception as exc:  # noqa: BLE001 - CPU refuses: neuron must raise the same type

@@ -773,14 +773,16 @@ def silu_backward(grad_output, self):
 def sigmoid_backward(grad_output, output):
     c = _compute(output.dtype)
     y, g = output.astype(c), grad_output.astype(c)
-    return (g * y * (1 - y)).astype(output.dtype)
+    # Complex: ATen's kernel multiplies by the conjugate derivative (Wirtinger calculus).
+    return (g * jnp.conj(y * (1 - y))).astype(output.dtype)
 
 
 @lowering(aten.tanh_backward.default)
 def tanh_backward(grad_output, output):
     c = _compute(output.dtype)
     y, g = output.astype(c), grad_output.astype(c)
-    return (g * (1 - y * y)).astype(output.dtype)
+    # Complex: the conjugate derivative, as ATen's kernel (see sigmoid_backward).
+    return (g * jnp.conj(1 - y * y)).astype(output.dtype)
 
 
 @lowering(aten.threshold_backward.default)
