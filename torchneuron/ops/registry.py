@@ -11,6 +11,11 @@ arguments (``_fused_adamw_``, ``native_batch_norm``'s running statistics): they 
 overloads need no lowering of their own: the executor derives them from the functional
 overload's lowering through the op schema.
 
+Ops that other libraries define with torch.library, possibly after torchneuron is
+imported (transformers' ``transformers::grouped_mm_fallback``), are registered by
+qualified name: ``@lowering("ns::op")``. The table resolves the name the first time it is
+asked about the op (the compile backend deciding which nodes it can lower).
+
 While a lowering runs, `context()` describes the call: the output dtypes and shapes
 PyTorch computed (from meta kernels in eager, fake tensors in compile), a PRNG key for
 random ops, and a place to report device-side checks (out-of-range indices).
@@ -41,7 +46,38 @@ class Lowering:
     writes: Tuple[str, ...] = ()
 
 
-LOWERINGS: Dict[torch._ops.OpOverload, Lowering] = {}
+#: Lowerings of ops registered by qualified name (`OpOverload.name()`: "ns::op" for the
+#: default overload, "ns::op.overload" otherwise), for ops that may not exist yet.
+BY_NAME: Dict[str, Lowering] = {}
+
+
+class _Table(dict):
+    """OpOverload -> Lowering. A lookup that misses resolves a `BY_NAME` entry, so a
+    lowering registered by name applies to an op defined later, whatever the import
+    order, without the table's users knowing the difference."""
+
+    def __contains__(self, op) -> bool:
+        return dict.__contains__(self, op) or self._resolve(op)
+
+    def __missing__(self, op):
+        if self._resolve(op):
+            return dict.__getitem__(self, op)
+        raise KeyError(op)
+
+    def get(self, op, default=None):
+        return self[op] if op in self else default
+
+    def _resolve(self, op) -> bool:
+        # An op redefined under the same name (a torch.library.Library destroyed and made
+        # again) is a new OpOverload object: the name entry stays, and it resolves too.
+        low = BY_NAME.get(op.name()) if BY_NAME and isinstance(op, torch._ops.OpOverload) else None
+        if low is None:
+            return False
+        dict.__setitem__(self, op, low)
+        return True
+
+
+LOWERINGS: Dict[torch._ops.OpOverload, Lowering] = _Table()
 
 
 def _overloads(op) -> List[torch._ops.OpOverload]:
@@ -58,12 +94,23 @@ def _overloads(op) -> List[torch._ops.OpOverload]:
 def lowering(*ops, mutates: bool = False, random: bool = False, static: Sequence[str] = (), eager: bool = True,
              writes: Sequence[str] = ()):
     """Registers `fn` as the lowering of `ops` (OpOverloads, or packets meaning all of
-    their functional overloads). Returns `fn` unchanged."""
+    their functional overloads, or qualified names, see `BY_NAME`). Returns `fn`
+    unchanged.
+
+    A lowering registered by name is compile-only: eager kernels are registered on
+    PrivateUse1 once, at import, and an op defined later keeps its own kernels in eager
+    (for a custom op, its Python implementation running op by op on `neuron`)."""
 
     def register(fn):
+        def make(in_eager):
+            return Lowering(fn, mutates or bool(writes), random, tuple(static), in_eager, tuple(writes))
+
         for op in ops:
+            if isinstance(op, str):
+                BY_NAME[op] = make(False)
+                continue
             for ov in _overloads(op):
-                LOWERINGS[ov] = Lowering(fn, mutates or bool(writes), random, tuple(static), eager, tuple(writes))
+                LOWERINGS[ov] = make(eager)
         return fn
 
     return register
