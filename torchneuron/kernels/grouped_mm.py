@@ -32,18 +32,22 @@ aten = torch.ops.aten
 _HIGHEST = lax.Precision.HIGHEST
 
 
-def _group_sizes(offs):
+def ragged_dot(lhs, rhs, offs, contracting, ragged, group):
+    """`lax.ragged_dot_general` over the groups that end at the cumulative row counts
+    `offs` (int32 or int64), accumulating in float32 (float64 for float64 operands).
+
+    contracting: (lhs dims, rhs dims); ragged: the lhs dimension split into groups;
+    group: the rhs group dimension, or () for a ragged contraction. Rows past offs[-1]
+    come out as zeros."""
     offs = offs.astype(jnp.int32)
-    return jnp.diff(offs, prepend=jnp.zeros((1,), jnp.int32))
-
-
-def _ragged(lhs, rhs, sizes, contracting, ragged, group):
+    sizes = jnp.diff(offs, prepend=jnp.zeros((1,), jnp.int32))
+    acc = jnp.promote_types(jnp.result_type(lhs, rhs), jnp.float32)
     dims = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(contracting, ((), ())),
                                          lhs_ragged_dimensions=ragged, rhs_group_dimensions=group)
     # XLA:CPU has no half x half -> float32 ragged dot; products of half-precision
     # values are exact in float32, so widening first gives the same float32 sums.
-    lhs, rhs = lhs.astype(jnp.float32), rhs.astype(jnp.float32)
-    return lax.ragged_dot_general(lhs, rhs, sizes, dims, precision=_HIGHEST, preferred_element_type=jnp.float32)
+    return lax.ragged_dot_general(lhs.astype(acc), rhs.astype(acc), sizes, dims, precision=_HIGHEST,
+                                  preferred_element_type=acc)
 
 
 @lowering(aten._grouped_mm.default)
@@ -53,13 +57,13 @@ def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
         out = lax.dot_general(mat_a, mat_b, (((2,), (1,)), ((0,), (0,))), precision=_HIGHEST,
                               preferred_element_type=jnp.float32)
     elif mat_a.ndim == 2 and mat_b.ndim == 3:
-        out = _ragged(mat_a, mat_b, _group_sizes(offs), ((1,), (1,)), (0,), (0,))
+        out = ragged_dot(mat_a, mat_b, offs, ((1,), (1,)), (0,), (0,))
     elif mat_a.ndim == 2:  # ragged contraction over K
-        out = _ragged(mat_a, mat_b, _group_sizes(offs), ((1,), (0,)), (1,), ())
+        out = ragged_dot(mat_a, mat_b, offs, ((1,), (0,)), (1,), ())
     else:  # 3-d x 2-d: the transpose of the 2-d x 3-d case
-        out = _ragged(mat_b.T, jnp.swapaxes(mat_a, 1, 2), _group_sizes(offs), ((1,), (1,)), (0,), (0,)).T
+        out = ragged_dot(mat_b.T, jnp.swapaxes(mat_a, 1, 2), offs, ((1,), (1,)), (0,), (0,)).T
     if bias is not None:
-        out = out + bias.astype(jnp.float32)
+        out = out + bias.astype(out.dtype)
     return out.astype(context().out_dtype())
 
 

@@ -19,32 +19,15 @@ gradients of empty experts; `jax.lax.ragged_dot_general` gives exactly that.
 """
 from __future__ import annotations
 
-import jax.numpy as jnp
-from jax import lax
-
+from ..kernels.grouped_mm import ragged_dot
 from .registry import context, lowering
-
-_HIGHEST = lax.Precision.HIGHEST
-
-
-def _ragged_dot(lhs, rhs, offs, contracting, lhs_ragged, rhs_group):
-    """`lax.ragged_dot_general` over groups delimited by cumulative ends `offs`,
-    accumulating in at least float32."""
-    sizes = jnp.diff(offs.astype(jnp.int32), prepend=jnp.zeros((1,), jnp.int32))
-    acc = jnp.promote_types(jnp.result_type(lhs, rhs), jnp.float32)
-    dims = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(contracting, ((), ())),
-                                         lhs_ragged_dimensions=lhs_ragged, rhs_group_dimensions=rhs_group)
-    # XLA:CPU lacks some half x half -> float32 ragged dots; products of half-precision
-    # values are exact in float32, so widening the operands first changes no sum.
-    return lax.ragged_dot_general(lhs.astype(acc), rhs.astype(acc), sizes, dims, precision=_HIGHEST,
-                                  preferred_element_type=acc)
 
 
 @lowering("transformers::grouped_mm_fallback")
 def grouped_mm_fallback(input, weight, offs):
     """transformers::grouped_mm_fallback: rows offs[e-1]:offs[e] of `input` times
     weight[e], one ragged dot (rows past offs[-1] are zeros)."""
-    out = _ragged_dot(input, weight, offs, ((1,), (1,)), (0,), (0,))
+    out = ragged_dot(input, weight, offs, ((1,), (1,)), (0,), (0,))
     return out.astype(context().out_dtype())
 
 
@@ -54,6 +37,6 @@ def grouped_mm_fallback_backward(input, weight, offs, grad_output):
     grad_input rows of expert e are grad_output's rows times weight[e]^T (a ragged dot
     contracting N); grad_weight[e] = input[rows of e]^T @ grad_output[rows of e] (a ragged
     contraction over the token dimension, zeros for an empty expert)."""
-    grad_input = _ragged_dot(grad_output, weight, offs, ((1,), (2,)), (0,), (0,))
-    grad_weight = _ragged_dot(input, grad_output, offs, ((0,), (0,)), (0,), ())
+    grad_input = ragged_dot(grad_output, weight, offs, ((1,), (2,)), (0,), (0,))
+    grad_weight = ragged_dot(input, grad_output, offs, ((0,), (0,)), (0,), ())
     return grad_input.astype(context().out_dtype(0)), grad_weight.astype(context().out_dtype(1))
