@@ -328,7 +328,7 @@ def _i1(x):
 
 def _k(x, order: int, scaled: bool):
     """aten::special_modified_bessel_k0 / k1 and their scaled_ forms (Cephes k0, k1, k0e,
-    k1e): K0 / K1 (times e^x if `scaled`): Cephes' Chebyshev series in x^2 - 2 up to 2, with
+    k1e): K0 / K1 (times e^x if `scaled`) by a Chebyshev series in x^2 - 2 up to 2, with
     the logarithmic term -log(x / 2) I0(x) (log(x / 2) I1(x) + 1 / x for K1), and in
     8 / x - 2 beyond; +inf at 0, NaN below."""
     if order == 0:
@@ -345,21 +345,23 @@ def _k(x, order: int, scaled: bool):
 
 
 def _airy_ai(x):
-    """aten::special_airy_ai (Cephes airy, Ai only): oscillatory asymptotic series below -2.09, exponentially
-    decaying asymptotic series from 2.09 (0 past 103.892), and between them the Maclaurin
-    series summed until a term falls under machine epsilon; NaN at +-inf."""
+    """aten::special_airy_ai (Cephes airy, Ai only): the oscillatory asymptotic series
+    below -2.09, the exponentially decaying one from 2.09 (0 past 103.892), and between
+    them the Maclaurin series summed until a term falls under machine epsilon; NaN at
+    +-inf."""
     dtype = x.dtype
-    # Below -2.09.
-    # The phase's ulp matters (it is amplified by the phase's size): divide as CPU does.
+    # Below -2.09. An ulp of the phase is amplified by the phase's size: divide as CPU does.
     zeta_neg = _div_exact(-2.0 * x * jnp.sqrt(-x), 3.0)
     z = 1.0 / zeta_neg
     zz = z * z
     t = zeta_neg + 0.25 * np.pi
-    neg = _1_SQRT_PI / jnp.sqrt(jnp.sqrt(-x)) * (jnp.sin(t) * (1.0 + zz * _horner(_AIRY_AFN, zz) / _horner(_AIRY_AFD, zz))
-                                                 - jnp.cos(t) * (z * _horner(_AIRY_AGN, zz) / _horner(_AIRY_AGD, zz)))
+    amp_sin = 1.0 + zz * _horner(_AIRY_AFN, zz) / _horner(_AIRY_AFD, zz)
+    amp_cos = z * _horner(_AIRY_AGN, zz) / _horner(_AIRY_AGD, zz)
+    neg = _1_SQRT_PI / jnp.sqrt(jnp.sqrt(-x)) * (jnp.sin(t) * amp_sin - jnp.cos(t) * amp_cos)
     # From 2.09.
     zeta = _div_exact(2.0 * x * jnp.sqrt(x), 3.0)
-    pos = _1_SQRT_PI * (_horner(_AIRY_AN, 1.0 / zeta) / _horner(_AIRY_AD, 1.0 / zeta)) / (2.0 * jnp.sqrt(jnp.sqrt(x)) * jnp.exp(zeta))
+    ratio = _horner(_AIRY_AN, 1.0 / zeta) / _horner(_AIRY_AD, 1.0 / zeta)
+    pos = _1_SQRT_PI * ratio / (2.0 * jnp.sqrt(jnp.sqrt(x)) * jnp.exp(zeta))
     # Between: f and g are the two Maclaurin series, summed until CPU's loop would stop
     # (the term ratio |m / f| at or under epsilon, or NaN), per element.
     inside = ~((x < -2.09) | (x >= 2.09))  # NaN too: it leaves the loop at once, as NaN
@@ -367,7 +369,7 @@ def _airy_ai(x):
     cube = xs * xs * xs
     eps = jnp.finfo(dtype).eps
 
-    def cond(c):
+    def cond(c):  # (the count only guards: on its interval the series needs under 20 terms)
         return jnp.any(inside & (c[-1] > eps)) & (c[0] < 200)
 
     def body(c):
@@ -411,17 +413,17 @@ def _erfcx_nonnegative(x):
 
 
 def _erfcx(x):
-    """aten::special_erfcx, exp(x^2) erfc(x): ATen's calc_erfcx (the Faddeeva package's erfcx) in its branches below zero,
-    2 exp(x^2) - erfcx(-x), with its cut-offs; `_erfcx_nonnegative` stands in for its
-    Chebyshev table at x >= 0."""
+    """aten::special_erfcx, exp(x^2) erfc(x): ATen's calc_erfcx (the Faddeeva package's)
+    in its branches below zero, 2 exp(x^2) - erfcx(-x) with its cut-offs;
+    `_erfcx_nonnegative` stands in for its Chebyshev table at x >= 0."""
     twice = 2.0 * jnp.exp(x * x)
     neg = jnp.where(x < -6.1, twice, twice - _erfcx_nonnegative(jnp.abs(x)))
     return _first([(jnp.isnan(x), x), (x >= 0, _erfcx_nonnegative(jnp.abs(x))), (x < -26.7, jnp.inf)], neg)
 
 
 def _log_ndtr(x):
-    """aten::special_log_ndtr: ATen's calc_log_ndtr (SciPy's): log(erfcx(-t) / 2) - t^2 with t = x / sqrt(2)
-    below -1, log1p(-erfc(t) / 2) above."""
+    """aten::special_log_ndtr: ATen's calc_log_ndtr (SciPy's): log(erfcx(-t) / 2) - t^2
+    with t = x / sqrt(2) below -1, log1p(-erfc(t) / 2) above."""
     t = x * 0.707106781186547524400844362104849039
     low = jnp.log(_erfcx(-t) / 2.0) - t * t
     return jnp.where(x < -1.0, low, jnp.log1p(-jax.scipy.special.erfc(t) / 2.0))
