@@ -542,8 +542,7 @@ _FLOAT_UNARY = {
     aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.sigmoid: jax.nn.sigmoid, aten.reciprocal: lambda x: 1 / x, aten.lgamma: jax.scipy.special.gammaln,
     aten.digamma: lambda x: _digamma(x), aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
-    aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg, aten.special_i0e: jax.scipy.special.i0e,
-    aten.special_i1: jax.scipy.special.i1, aten.special_i1e: jax.scipy.special.i1e,
+    aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
 }
 for _op, _fn in _FLOAT_UNARY.items():
     lowering(_op.default)(_unary_float(_fn))
