@@ -61,10 +61,14 @@ def test_decomposition_preferred_over_cpu():
     assert decomposed  # PyTorch provides decompositions the fallback can use
 
 
-def test_a_decomposition_cycle_through_other_ops_ends_on_the_cpu():
-    # special_bessel_j0 (no lowering): its out= overload's functional reference calls a
-    # prim that calls special_bessel_j0, whose composite kernel calls the out= overload
-    # again. The cycle is cut and the op runs on the CPU, in forward and out= forms.
-    x = torch.rand(5) * 4
-    check(torch.special.bessel_j0, x, allow_fallback=True)
-    check(lambda x: torch.special.bessel_j0(x, out=torch.empty_like(x)), x, allow_fallback=True)
+def test_a_decomposition_cycle_through_other_ops_ends_on_the_cpu(monkeypatch):
+    # A decomposition that reaches its own op again, through another op (as
+    # special_bessel_j0.out did through a prim before it had a lowering): the inner call
+    # runs on the CPU instead of recursing.
+    twice = torch.ops.tnx_test.twice.default
+    monkeypatch.setitem(fallback.decomposition_table, twice, lambda x: torch.ops.tnx_test.twice(x.clone()))
+    before = torchneuron.fallback_ops().get("tnx_test.twice.default", 0)
+    x = torch.arange(5.0)
+    out = torch.ops.tnx_test.twice(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), x * 2)
+    assert torchneuron.fallback_ops()["tnx_test.twice.default"] == before + 1
