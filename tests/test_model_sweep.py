@@ -256,3 +256,31 @@ def test_timm_models_are_built_shallow():
     assert [len(stage.blocks) for stage in model.stages] == [1, 1, 1, 1]
     model, candidates = models.build("timm/test_vit")
     assert len(model.blocks) == 2 and candidates[0]["x"].shape[-1] == models.TIMM_IMAGE
+
+
+def test_float64_reference_accepts_rounding_and_rejects_wrong_results():
+    # A sum of many terms in float32: CPU and a reordered sum both carry rounding error
+    # of the same size against float64; a 1% error is far beyond it.
+    gen = torch.Generator().manual_seed(0)
+    terms = torch.randn(4096, 64, dtype=torch.float64, generator=gen)
+    exact = terms.sum(0)
+    cpu = terms.float().sum(0)
+    reordered = terms.float().flip(0).cumsum(0)[-1]
+    ref = worker.Float64Reference("unused", 0, {}, [])
+    ref._values = ([exact], [("w", exact)])
+    assert ref.accepts([reordered], [cpu], "outputs")
+    assert ref.accepts([reordered], [cpu], "grads")
+    assert not ref.accepts([cpu * 1.01], [cpu], "outputs")
+    assert not ref.accepts([cpu.clone().index_fill_(0, torch.tensor([3]), 0.0)], [cpu], "grads")
+
+
+def test_a_model_that_cannot_run_in_float64_keeps_the_strict_verdict(monkeypatch):
+    ref = worker.Float64Reference("unused", 0, {}, [])
+    monkeypatch.setattr(ref, "_compute", lambda: (_ for _ in ()).throw(RuntimeError("no float64 kernel")))
+    st = {}
+    assert worker._judge("tensor 0[3]: differs", lambda: ref.accepts([torch.ones(3)], [torch.ones(3)], "outputs"),
+                         st) == "tensor 0[3]: differs"
+    assert st == {}
+    st = {}
+    assert worker._judge("tensor 0[3]: differs", lambda: True, st) is None
+    assert st == {"criterion": "float64 reference", "strict_error": "tensor 0[3]: differs"}

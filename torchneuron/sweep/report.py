@@ -129,6 +129,10 @@ $ops
 <h2>Failures by stage, error class and place</h2>
 $failures
 <h2>Models</h2>
+<p>A result that differs from the CPU's beyond the per-element tolerance still passes
+when it is as close to a float64 CPU run as the CPU's own float32 result is (PyTorch's
+accuracy check for compiler backends, <code>torch._dynamo.utils.same</code>); the notes
+name those stages and the strict difference.</p>
 $models
 <h2>Not covered</h2>
 <p>Models the generic small config or generic inputs do not build or run on the CPU itself.</p>
@@ -177,6 +181,8 @@ def render_html(results: dict) -> str:
                 notes.append(f"{s}: {e.get('error_type', 'Mismatch')}: {e['error']}")
             if e.get("fallbacks"):
                 notes.append(f"{s} fallbacks: {', '.join(sorted(e['fallbacks']))}")
+            if e.get("criterion"):
+                notes.append(f"{s} passed against the {e['criterion']} (strictly: {e['strict_error']})")
         times = "/".join(f"{r['stages'].get(s, {}).get('time_s', 0):.1f}" for s in STAGES)
         rows.append("<tr>" + _cell(r["model"]) + _cell(f"{r.get('params', 0):,}") + cells + _cell(times)
                     + f'<td class="msg">{html.escape(" | ".join(notes))}</td></tr>')
