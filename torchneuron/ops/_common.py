@@ -115,8 +115,13 @@ def convert(x, dtype):
     do, where XLA's convert saturates: floating -> integer truncates toward zero to a
     32-bit integer (64-bit for int64 and uint32 targets) and wraps to `dtype` (-1.5 ->
     uint8 255, 300.7 -> uint8 44); NaN and values outside that integer's range become
-    its minimum (cvttss2si's "integer indefinite"). Complex -> real keeps the real part."""
+    its minimum (cvttss2si's "integer indefinite"). Complex -> real keeps the real part.
+    To float8_e4m3fn, which has no infinity, values beyond its range (infinities too)
+    saturate to +-448 as ATen's conversion does, where XLA's gives NaN."""
     dtype = jnp.dtype(dtype)
+    if dtype == jnp.float8_e4m3fn and x.dtype != dtype and x.dtype != jnp.bool_:
+        finite = float(jnp.finfo(dtype).max)
+        return jnp.clip(jnp.real(x), -finite, finite).astype(dtype)  # NaN stays NaN
     if not (jnp.issubdtype(dtype, jnp.integer) and is_float(x.dtype)):
         return x.astype(dtype)
     via = jnp.dtype(jnp.int32 if dtype.itemsize <= 4 and dtype != jnp.uint32 else jnp.int64)

@@ -1,0 +1,79 @@
+"""Float8 scaled matmul (aten._scaled_mm, aten._scaled_mm_v2) against CPU PyTorch, and
+the float8_e4m3fn conversion it rounds through."""
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+from helpers import no_fallback
+from torchneuron.coverage.outcome import to_device
+
+FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
+OPS = [o for o in op_db if o.name in ("torch._scaled_mm", "torch._scaled_mm_v2")]
+
+
+@pytest.mark.parametrize("dtype", FLOAT8)
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_opinfo_samples_match_cpu(op, dtype):
+    samples = list(op.sample_inputs("cpu", dtype))
+    assert samples
+    for s in samples:
+        want = op(s.input, *s.args, **s.kwargs)
+        dev = to_device(s, "neuron")
+        with no_fallback():
+            got = op(dev.input, *dev.args, **dev.kwargs)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
+def _fp8(shape, seed, dtype=torch.float8_e4m3fn):
+    return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 4).to(dtype)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+def test_rowwise_scales_bias_and_result_scale(out_dtype):
+    a, b = _fp8((8, 32), 0), _fp8((16, 32), 1).t()  # mat2 column-major, as float8 GEMMs take it
+    scale_a = torch.rand(8, 1, generator=torch.Generator().manual_seed(2)) + 0.5
+    scale_b = torch.rand(1, 16, generator=torch.Generator().manual_seed(3)) + 0.5
+    bias = torch.randn(16, generator=torch.Generator().manual_seed(4)).to(out_dtype if out_dtype != torch.float8_e4m3fn
+                                                                       else torch.bfloat16)
+    kwargs = dict(out_dtype=out_dtype)
+    if out_dtype != torch.float8_e4m3fn:
+        kwargs["bias"] = bias
+    else:
+        kwargs["scale_result"] = torch.tensor(4.0)
+    want = torch._scaled_mm(a, b, scale_a, scale_b, **kwargs)
+    dev = {k: v.to("neuron") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    with no_fallback():
+        got = torch._scaled_mm(a.to("neuron"), b.to("neuron"), scale_a.to("neuron"), scale_b.to("neuron"), **dev)
+    assert got.dtype == want.dtype
+    # float32 results: 32 products summed in another order (the scaled operands are not
+    # exact in float32), so allow float32 rounding of the sum's size.
+    tol = dict(rtol=1e-4, atol=1e-3) if out_dtype == torch.float32 else {}
+    torch.testing.assert_close(got.cpu(), want, **tol)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(4, 8), torch.randn(8, 4), torch.tensor(1.0), torch.tensor(1.0)),  # not float8
+    lambda: (_fp8((4, 8), 0), _fp8((8, 4), 1), torch.ones(2, 1), torch.tensor(1.0)),  # scale shape
+    lambda: (_fp8((4, 8), 0), _fp8((6, 4), 1), torch.tensor(1.0), torch.tensor(1.0)),  # K differs
+])
+def test_bad_input_raises_like_cpu(make):
+    args = make()
+    with pytest.raises(Exception) as on_cpu:
+        torch._scaled_mm(*args)
+    with pytest.raises(type(on_cpu.value)):
+        torch._scaled_mm(*(t.to("neuron") for t in args))
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e5m2,
+                                 torch.int64, torch.uint8])
+def test_conversion_to_float8_e4m3fn_saturates_like_cpu(src):
+    # float8_e4m3fn has no infinity: ATen's conversion clamps to +-448 (XLA's gives NaN).
+    if src.is_floating_point:
+        x = torch.tensor([1e4, -1e4, 464.0, 479.0, 100.0, 0.3, float("inf"), -float("inf"), float("nan")]).to(src)
+    else:
+        x = torch.tensor([255, 200, 100]).to(src)
+    want = x.to(torch.float8_e4m3fn).float()
+    got = x.to("neuron").to(torch.float8_e4m3fn).cpu().float()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    compiled = torch.compile(lambda t: t.to(torch.float8_e4m3fn), backend="neuron")
+    torch.testing.assert_close(compiled(x.to("neuron")).cpu().float(), want, equal_nan=True)
