@@ -298,3 +298,25 @@ def test_logsumexp_of_complex_keeps_the_principal_imaginary_part():
     # ATen shifts by the max of the real part: the imaginary part stays in (-pi, pi].
     x = torch.tensor([[1 + 3j, 0.5 - 2.5j, -1 + 3.1j], [2 - 3j, 0j, 1 + 1j]], dtype=torch.complex128)
     check(lambda x: torch.logsumexp(x, 1), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
+                                   torch.uint8, torch.int64, torch.bool])
+def test_hash_tensor_matches_cpu_bit_for_bit(dtype):
+    x = (torch.randn(4, 5, generator=torch.Generator().manual_seed(0)) * 50).to(dtype)
+    for kwargs in ({}, dict(dim=(1,)), dict(dim=(0,), keepdim=True), dict(dim=(-1, 0))):
+        want = torch.hash_tensor(x, **kwargs)
+        with no_fallback():
+            got = torch.hash_tensor(x.to("neuron"), **kwargs).cpu()
+        assert got.dtype == torch.uint64 and torch.equal(got, want), kwargs
+    assert torch.equal(torch.hash_tensor(x.to("neuron").t()).cpu(), torch.hash_tensor(x.t()))
+
+
+@pytest.mark.parametrize("call", [lambda t: torch.hash_tensor(t, mode=1), lambda t: torch.hash_tensor(t, dim=(5,)),
+                                  lambda t: torch.hash_tensor(t[:0])])
+def test_hash_tensor_bad_input_raises_like_cpu(call):
+    x = torch.ones(2, 3)
+    with pytest.raises(Exception) as on_cpu:
+        call(x)
+    with pytest.raises(type(on_cpu.value)):
+        call(x.to("neuron"))

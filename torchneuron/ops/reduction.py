@@ -639,3 +639,18 @@ def _histc(self, bins=100, min=0, max=0):
     pos = jnp.where(inside, jnp.minimum(pos, bins - 1), bins)
     counts = jnp.zeros(bins + 1, self.dtype).at[pos].add(jnp.ones_like(x, self.dtype))
     return counts[:bins]
+
+
+@lowering(aten.hash_tensor.default)
+def hash_tensor(self, dim=(), keepdim=False, mode=0):
+    """aten::hash_tensor -> uint64: each element widened to float64 (floating types) or
+    int64 (integers, bool), its bits read as uint64, XOR-reduced over `dim` (all
+    dimensions if empty). Mode 0 is the only one ATen defines: others raise RuntimeError,
+    as on the CPU (the dims and an empty input without `dim` are its meta kernel's checks)."""
+    if mode != 0:
+        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
+    wide = self.astype(jnp.float64) if is_float(self.dtype) else self.astype(jnp.int64)
+    bits = lax.bitcast_convert_type(wide, jnp.uint64)
+    dims = tuple(range(self.ndim)) if not dim else tuple(canonicalize_dim(self.ndim, d) for d in dim)
+    out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, dims)
+    return jnp.expand_dims(out, dims) if keepdim else out
