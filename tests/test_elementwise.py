@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers import check
+from helpers import check, check_grad, no_fallback
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool]
@@ -169,3 +169,23 @@ def test_complex_gradients_use_the_conjugate_derivative(fn, dtype):
     on_neuron = x.to("neuron").requires_grad_()
     fn(on_neuron).backward(g.to("neuron"))
     torch.testing.assert_close(on_neuron.grad.cpu(), on_cpu.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("lambd", [0.5, 0.0])
+def test_hardshrink_gradient(dtype, lambd):
+    x = torch.tensor([-1.0, -0.5, -0.2, 0.0, 0.3, 0.5, 0.7], dtype=dtype)
+    g = torch.arange(7.0, dtype=dtype) + 1
+    with no_fallback():
+        check(lambda a, b: torch.ops.aten.hardshrink_backward(a, b, lambd), g, x)
+    check_grad(lambda t: (torch.nn.functional.hardshrink(t, lambd) * g.to(t.device)).sum(), x)
+    # A NaN input, short enough for CPU's scalar loop: the gradient passes.
+    nan = torch.tensor([float("nan")], dtype=dtype)
+    check(lambda a, b: torch.ops.aten.hardshrink_backward(a, b, lambd), torch.ones(1, dtype=dtype), nan)
+
+
+def test_efficient_zero_tensor_is_zeros_of_its_size_and_dtype():
+    with no_fallback():
+        z = torch.ops.aten._efficientzerotensor([2, 3], dtype=torch.float64, device="neuron")
+    assert z.device.type == "neuron" and z.dtype == torch.float64
+    torch.testing.assert_close(z.cpu(), torch.zeros(2, 3, dtype=torch.float64))

@@ -513,10 +513,12 @@ lowering(aten.igamma.default)(_igamma(True))
 lowering(aten.igammac.default)(_igamma(False))
 
 
-@lowering(aten.softshrink_backward.default)
+@lowering(aten.softshrink_backward.default, aten.hardshrink_backward.default)
 def softshrink_backward(grad_output, self, lambd):
-    """aten::softshrink_backward: grad_output where |self| > lambd (NaN inputs pass
-    it), 0 inside [-lambd, lambd], as CPU's kernel."""
+    """aten::softshrink_backward and aten::hardshrink_backward (the same derivative):
+    grad_output where |self| > lambd, 0 inside [-lambd, lambd], as CPU's kernels. A NaN
+    input passes grad_output, as CPU's scalar loop does (its vectorized loop, which
+    takes full vectors of a long tensor, gives 0 there instead)."""
     out = _out()
     inside = (self >= -lambd) & (self <= lambd)
     return jnp.where(inside, 0, grad_output).astype(out)

@@ -84,6 +84,15 @@ def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory
     return full(None, fill_value)
 
 
+@lowering(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    """`aten::_efficientzerotensor`: the zeros autograd uses for the gradient of an
+    input an output does not depend on. On the CPU it is a tensor with the ZeroTensor
+    flag (no storage); here a tensor of zeros, which every op reads the same way."""
+    out = context().out()
+    return jnp.zeros(out.shape, out.dtype)
+
+
 @lowering(aten.scalar_tensor.default)
 def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
     """`aten::scalar_tensor`: a 0-dim tensor holding `s`."""
