@@ -2,3 +2,4 @@
 from . import registry  # noqa: F401
 from . import (amp, copy, distance, elementwise, factory, fft, indexing, linalg, nn, optim, random,  # noqa: F401
                reduction, rnn, shape, views)
+from . import grid_sample  # noqa: F401
