@@ -96,9 +96,9 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
         "reuses the forward's log-softmax output, so 4 of 40 input-gradient elements differ by one bfloat16 ulp "
         "(0.0039 at 0.79). Max gradient error vs float64: CPU 0.0259, neuron 0.0259",
     ("rsqrt", "backward", "bfloat16"):
-        "CPU's bfloat16 rsqrt is not the same function everywhere: its vectorized loop (32 elements at a time) "
-        "computes in float32 and rounds once, its scalar tail (the last numel % 32 elements: all 20 of the "
-        "sample) rounds sqrt to bfloat16 before taking the reciprocal, one ulp off (rsqrt(4.21875): 0.48828125 "
+        "CPU's bfloat16 rsqrt is not the same function everywhere: its vectorized loop (32 elements at a time "
+        "with AVX-512, 16 with AVX2) computes in float32 and rounds once, its scalar tail (the last numel % 32 "
+        "elements: all 20 of the sample) rounds sqrt to bfloat16 before taking the reciprocal, one ulp off (rsqrt(4.21875): 0.48828125 "
         "in the tail, 0.486328125 vectorized; exact 0.48694). neuron rounds once everywhere, as CPU's vectorized "
         "path; the backward's result**3 triples the ulp past the tolerance",
     **_cases(("grid_sampler_2d", "nn.functional.grid_sample"), ("backward",), _HALF,
