@@ -77,3 +77,15 @@ def test_conversion_to_float8_e4m3fn_saturates_like_cpu(src):
     torch.testing.assert_close(got, want, equal_nan=True)
     compiled = torch.compile(lambda t: t.to(torch.float8_e4m3fn), backend="neuron")
     torch.testing.assert_close(compiled(x.to("neuron")).cpu().float(), want, equal_nan=True)
+
+
+def test_a_non_contiguous_self_is_accepted_like_cpu():
+    # PyTorch's meta kernel (CUDA's rules) requires a row-major self; CPU's copies it.
+    a = (torch.randn(16, 64, generator=torch.Generator().manual_seed(0)) * 4).to(torch.float8_e4m3fn)[:, ::2]
+    b = (torch.randn(16, 32, generator=torch.Generator().manual_seed(1)) * 4).to(torch.float8_e4m3fn).t()
+    scale_a, scale_b = torch.tensor(0.5), torch.tensor(2.0)
+    want = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    with no_fallback():
+        got = torch._scaled_mm(a.to("neuron"), b.to("neuron"), scale_a.to("neuron"), scale_b.to("neuron"),
+                               out_dtype=torch.bfloat16)
+    torch.testing.assert_close(got.cpu(), want)

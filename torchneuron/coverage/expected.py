@@ -200,10 +200,6 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",), ("backward",),
              ("float32",) + _HALF, _FLASH_EXP),
     ("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", "forward", "float16"): _FLASH_EXP,
-    # ---- ops still on the CPU fallback (each case fails on the fallback; values match CPU's)
-    **_cases(("torch._scaled_mm", "torch._scaled_mm_v2"), ("forward", "out"),
-             ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"),
-             "CPU fallback: the scaled float8 matmuls (aten._scaled_mm, _scaled_mm_v2) are not lowered yet"),
     # ---- uint8 interpolation without antialiasing
     **_cases(("nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
               "nn.functional.interpolate.bicubic"), ("forward",), ("uint8",),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 from jax import lax
+from torch._decomp import meta_table
 
 from ._common import convert
 from .registry import context, lowering, meta_check
@@ -55,13 +56,18 @@ def _check_matrices(mat_a, mat_b, bias, scale_result) -> None:
                  lambda: f"Bias must be size {mat_b.shape[1]} but got {bias.numel()}")
 
 
-@meta_check(aten._scaled_mm.default)
-def _scaled_mm_checks(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
-                      use_fast_accum=False, **_):
-    """CPU's checks and error types (PyTorch's meta kernel follows CUDA's: RuntimeError
-    for what CPU rejects with ValueError, and other limits)."""
+def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                    use_fast_accum=False):
+    """aten::_scaled_mm's Meta kernel with CPU's checks and error types, replacing
+    PyTorch's, which follows CUDA's kernel: RuntimeError where CPU raises ValueError,
+    and layouts CPU accepts (a non-contiguous `self`; CPU makes it contiguous) refused."""
     _scaling(self, mat2, scale_a, scale_b)
     _check_matrices(self, mat2, bias, scale_result)
+    return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
+
+
+meta_table[aten._scaled_mm.default] = _scaled_mm_meta
+aten._scaled_mm.default.py_kernels[torch._C.DispatchKey.Meta] = _scaled_mm_meta
 
 
 @meta_check(aten._scaled_mm_v2.default)
