@@ -188,6 +188,25 @@ class tracing:
 _meta_lib = None
 
 
+def meta_kernel(*ops):
+    """Registers `fn` as the Meta kernel of each of `ops` in place of PyTorch's, for ops
+    whose Meta kernel follows the CUDA kernel's rules where the CPU kernel, our oracle,
+    accepts more or raises another error type. The eager executor and fake tensors
+    (torch.compile) both consult it. Returns `fn`."""
+    from torch._decomp import meta_table
+
+    def register(fn):
+        global _meta_lib
+        if _meta_lib is None:
+            _meta_lib = torch.library.Library("aten", "IMPL")
+        for op in ops:
+            _meta_lib.impl(op, fn, "Meta")
+            meta_table[op] = fn
+            op.py_kernels[torch._C.DispatchKey.Meta] = fn
+        return fn
+    return register
+
+
 def meta_check(*ops):
     """Registers `check(*args, **kwargs)` to run before PyTorch's own Python meta kernel
     of each of `ops` (the decomposition `torch._meta_registrations` installed on the

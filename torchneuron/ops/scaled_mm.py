@@ -12,10 +12,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 from jax import lax
-from torch._decomp import meta_table
 
 from ._common import convert
-from .registry import context, lowering, meta_check
+from .registry import context, lowering, meta_check, meta_kernel
 
 aten = torch.ops.aten
 
@@ -56,6 +55,7 @@ def _check_matrices(mat_a, mat_b, bias, scale_result) -> None:
                  lambda: f"Bias must be size {mat_b.shape[1]} but got {bias.numel()}")
 
 
+@meta_kernel(aten._scaled_mm.default)
 def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                     use_fast_accum=False):
     """aten::_scaled_mm's Meta kernel with CPU's checks and error types, replacing
@@ -65,9 +65,6 @@ def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, 
     _check_matrices(self, mat2, bias, scale_result)
     return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
 
-
-meta_table[aten._scaled_mm.default] = _scaled_mm_meta
-aten._scaled_mm.default.py_kernels[torch._C.DispatchKey.Meta] = _scaled_mm_meta
 
 
 @meta_check(aten._scaled_mm_v2.default)
