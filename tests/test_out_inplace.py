@@ -87,10 +87,6 @@ def test_out_variants_without_a_kernel_of_their_own_stay_on_the_device():
                                                  torch.empty(0, device=x.device))), x)
 
 
-@pytest.mark.xfail(strict=True, reason="the C++ shim's resize_ (csrc/neuron.cpp) restrides to contiguous even when "
-                                       "the size is unchanged; ATen's resize_ returns early then. Composite out= "
-                                       "kernels (softmax.int_out, lu) call out.resize_(same size) and so write a "
-                                       "non-contiguous out tensor as if it were contiguous")
 def test_resize_to_the_same_size_keeps_the_strides():
     def f(base):
         o = base.as_strided((10,), (2,), 3)

@@ -541,12 +541,16 @@ static void ensure_storage_nbytes(const at::Tensor& self, int64_t needed) {
 
 static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                                  std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(memory_format != at::MemoryFormat::Preserve, "Unsupported memory format", at::MemoryFormat::Preserve);
   auto* impl = self.unsafeGetTensorImpl();
   int64_t offset = impl->storage_offset();
-  impl->set_sizes_contiguous(size);
-  auto fmt = memory_format.value_or(at::MemoryFormat::Contiguous);
-  if (fmt != at::MemoryFormat::Preserve) {
-    impl->empty_tensor_restride(fmt);
+  // As ATen's resize_: the same size keeps the geometry (composite out= kernels resize
+  // their out tensor to the size it already has and must not make it contiguous).
+  if (impl->sizes() != size) {
+    impl->set_sizes_contiguous(size);
+  }
+  if (memory_format.has_value()) {
+    impl->empty_tensor_restride(*memory_format);
   }
   int64_t needed = (offset + static_cast<int64_t>(at::detail::computeStorageNbytes(
                                  impl->sizes(), impl->strides(), 1))) * static_cast<int64_t>(self.itemsize());
