@@ -564,3 +564,197 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
                                     conjugate_a=False, unit_diagonal=unitriangular)
     return x, a
+
+
+# ------------------------------------------------------------------ LDL (Bunch-Kaufman)
+_BK_ALPHA = (1 + 17 ** 0.5) / 8  # LAPACK sytf2's pivot threshold
+
+
+def _symmetrized(A, herm):
+    """The full matrix whose lower triangle is A's (LAPACK reads only that one): the
+    strict lower part mirrored, conjugated when `herm`, with a real diagonal."""
+    low = jnp.tril(A, -1)
+    diag = jnp.diagonal(A, axis1=-2, axis2=-1)
+    if herm:
+        diag = jnp.real(diag).astype(A.dtype)
+    upper = jnp.swapaxes(jnp.conj(low) if herm else low, -1, -2)
+    return low + upper + diag[..., :, None] * jnp.eye(A.shape[-1], dtype=A.dtype)
+
+
+def _ldl_factor_one(W, herm):
+    """LAPACK's unblocked sytf2/hetf2 (uplo 'L', Bunch-Kaufman partial pivoting) on
+    one full symmetric (Hermitian) n x n matrix: (LD, 1-based pivots, info). The
+    matrix is kept whole and re-mirrored after every step, so LAPACK's lower-triangle
+    row/column interchanges of the trailing block are plain symmetric permutations."""
+    n = W.shape[-1]
+    idx = jnp.arange(n)
+    cplx = jnp.iscomplexobj(W)
+    real = jnp.finfo(W.dtype).dtype
+
+    def cabs1(z):  # LAPACK's i?amax / CABS1 measure
+        return (jnp.abs(jnp.real(z)) + jnp.abs(jnp.imag(z))) if cplx else jnp.abs(z)
+
+    def dabs(z):  # the measure of a diagonal entry: hetf2 reads only its real part
+        return jnp.abs(jnp.real(z)) if herm else cabs1(z)
+
+    def conj(z):
+        return jnp.conj(z) if herm else z
+
+    def step(k, state):
+        W0, piv0, info0, skip = state
+        W = W0
+        col = W[:, k]
+        absakk = dabs(W[k, k])
+        offd = jnp.where(idx > k, cabs1(col), -1)
+        imax = jnp.argmax(offd)
+        colmax = jnp.where(k < n - 1, offd[imax], 0).astype(real)
+        zero = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+        rowmax = jnp.max(jnp.where((idx >= k) & (idx != imax), cabs1(W[imax]), -1)).astype(real)
+        keep = absakk >= _BK_ALPHA * colmax
+        keep = keep | (absakk >= _BK_ALPHA * colmax * (colmax / rowmax))
+        one_at_imax = dabs(W[imax, imax]) >= _BK_ALPHA * rowmax
+        kp = jnp.where(zero | keep, k, imax)
+        two = ~(zero | keep | one_at_imax)
+        kk = jnp.where(two, k + 1, k)
+        # Interchange kk and kp in the trailing block (identity when kp == kk).
+        perm = jnp.where(idx == kk, kp, jnp.where(idx == kp, kk, idx))
+        trail = (idx >= k)[:, None] & (idx >= k)[None, :]
+        W = jnp.where(trail, W[perm][:, perm], W)
+        # 1 x 1 pivot: rank-1 update with the column scaled by 1 / d (syr, then scal).
+        x = jnp.where(idx > k, W[:, k], 0)
+        r1 = (1 / jnp.real(W[k, k])).astype(W.dtype) if herm else 1 / W[k, k]
+        W1 = W + x[:, None] * (-r1 * conj(x)[None, :])
+        W1 = W1.at[:, k].set(jnp.where(idx > k, x * r1, W[:, k]))
+        # 2 x 2 pivot: rank-2 update by the inverse of D's block (sytf2's w_k, w_k+1).
+        a = jnp.where(idx > k + 1, W[:, k], 0)
+        b = jnp.where(idx > k + 1, W[:, jnp.minimum(k + 1, n - 1)], 0)
+        k1 = jnp.minimum(k + 1, n - 1)
+        if herm:
+            d = jnp.abs(W[k1, k])
+            d11, d22 = jnp.real(W[k1, k1]) / d, jnp.real(W[k, k]) / d
+            tt = 1 / (d11 * d22 - 1)
+            d21 = W[k1, k] / d
+            dd = (tt / d).astype(W.dtype)
+            wk = dd * (d11 * a - d21 * b)
+            wkp1 = dd * (d22 * b - jnp.conj(d21) * a)
+        else:
+            d21 = W[k1, k]
+            d11, d22 = W[k1, k1] / d21, W[k, k] / d21
+            t = 1 / (d11 * d22 - 1)
+            d21 = t / d21
+            wk = d21 * (d11 * a - b)
+            wkp1 = d21 * (d22 * b - a)
+        W2 = W - (a[:, None] * conj(wk)[None, :] + b[:, None] * conj(wkp1)[None, :])
+        W2 = W2.at[:, k].set(jnp.where(idx > k + 1, wk, W[:, k]))
+        W2 = W2.at[:, k1].set(jnp.where(idx > k + 1, wkp1, W2[:, k1]))
+        W = jnp.where(zero, W, jnp.where(two, W2, W1))
+        W = _symmetrized(W, herm)
+        p = jnp.where(two, -(kp + 1), kp + 1).astype(jnp.int32)
+        piv = piv0.at[k].set(p)
+        piv = jnp.where(two, piv.at[k1].set(p), piv)
+        info = jnp.where(zero & (info0 == 0), k + 1, info0).astype(jnp.int32)
+        return (jnp.where(skip, W0, W), jnp.where(skip, piv0, piv), jnp.where(skip, info0, info),
+                ~skip & two)
+
+    init = (W, jnp.zeros((n,), jnp.int32), jnp.int32(0), jnp.bool_(False))
+    W, piv, info, _ = lax.fori_loop(0, n, step, init)
+    return jnp.tril(W), piv, info
+
+
+@lowering(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(self, hermitian=False, check_errors=False):
+    """aten::linalg_ldl_factor_ex: (LD, pivots, info) of symmetric (Hermitian when
+    `hermitian`) (*, n, n), as CPU's LAPACK sytrf/hetrf with uplo 'L': Bunch-Kaufman
+    diagonal pivoting with 1 x 1 and 2 x 2 blocks, L (unit, below the diagonal) and D
+    packed in the lower triangle, the upper one zeroed, pivots 1-based (a 2 x 2 block
+    gives both its rows -kp). info = k marks an exactly zero D[k, k]. Follows the
+    reference dsytf2/zhetf2 step by step (MKL's sytrf takes the same pivots)."""
+    herm = hermitian and jnp.iscomplexobj(self)
+    n = self.shape[-1]
+    batch = self.shape[:-2]
+    if self.size == 0:
+        return (jnp.zeros(self.shape, self.dtype), jnp.zeros(batch + (n,), jnp.int32),
+                jnp.zeros(batch, jnp.int32))
+    W = _symmetrized(self, herm).reshape((-1, n, n))
+    LD, piv, info = jax.vmap(lambda w: _ldl_factor_one(w, herm))(W)
+    info = info.reshape(batch)
+    if check_errors:
+        context().check(jnp.all(info == 0), RuntimeError,
+                        "torch.linalg.ldl_factor_ex: Unknown error code: {}.", value=jnp.max(info))
+    return LD.reshape(self.shape), piv.reshape(batch + (n,)), info
+
+
+def _ldl_solve_one(LD, piv, B, herm):
+    """LAPACK's sytrs/hetrs (uplo 'L') for one factor: X with A X = B, applying the
+    factor's interchanges and blocks one by one as LAPACK does (L X = B forwards, then
+    D, then L^T (L^H) backwards)."""
+    n = LD.shape[-1]
+    idx = jnp.arange(n)
+
+    def conj(z):
+        return jnp.conj(z) if herm else z
+
+    # Which rows start a block: a 2 x 2 block (negative pivot) covers its row and the next.
+    def starts(second, p):
+        start = ~second
+        return start & (p < 0), start
+
+    _, first = lax.scan(starts, jnp.bool_(False), piv)
+    two = first & (piv < 0)
+
+    def swap(B, i, j):
+        perm = jnp.where(idx == i, j, jnp.where(idx == j, i, idx))
+        return B[perm]
+
+    def forward(k, B):
+        k1 = jnp.minimum(k + 1, n - 1)
+        # 1 x 1: interchange, eliminate below, divide by D[k, k].
+        B1 = swap(B, k, piv[k] - 1)
+        B1 = B1 - jnp.where(idx > k, LD[:, k], 0)[:, None] * B1[k][None, :]
+        dk = jnp.real(LD[k, k]).astype(LD.dtype) if herm else LD[k, k]
+        B1 = B1.at[k].set(B1[k] / dk)
+        # 2 x 2: interchange row k + 1, eliminate below with both columns, solve the block.
+        B2 = swap(B, k1, -piv[k] - 1)
+        below = idx > k + 1
+        B2 = B2 - jnp.where(below, LD[:, k], 0)[:, None] * B2[k][None, :]
+        B2 = B2 - jnp.where(below, LD[:, k1], 0)[:, None] * B2[k1][None, :]
+        akm1k = LD[k1, k]
+        akm1 = LD[k, k] / conj(akm1k)
+        ak = LD[k1, k1] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk = B2[k] / conj(akm1k), B2[k1] / akm1k
+        B2 = B2.at[k].set((ak * bkm1 - bk) / denom).at[k1].set((akm1 * bk - bkm1) / denom)
+        return jnp.where(first[k], jnp.where(two[k], B2, B1), B)
+
+    def backward(j, B):
+        k = n - 1 - j  # the last row of a block
+        # A block's last row: a 1 x 1 block, or the second row of a 2 x 2 one.
+        last2 = (k > 0) & two[jnp.maximum(k - 1, 0)]
+        km1 = jnp.maximum(k - 1, 0)
+        below = (idx > k)[:, None]
+        B1 = B.at[k].add(-jnp.sum(jnp.where(below, conj(LD[:, k])[:, None] * B, 0), axis=0))
+        B2 = B1.at[km1].add(-jnp.sum(jnp.where(below, conj(LD[:, km1])[:, None] * B, 0), axis=0))
+        p = jnp.where(last2, -piv[k], piv[k]) - 1
+        # The first row of a 2 x 2 block was handled with its second one.
+        active = (first[k] & ~two[k]) | last2
+        return jnp.where(active, swap(jnp.where(last2, B2, B1), k, p), B)
+
+    B = lax.fori_loop(0, n, forward, B)
+    return lax.fori_loop(0, n, backward, B)
+
+
+@lowering(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, hermitian=False):
+    """aten::linalg_ldl_solve: X with A X = B for A's LDL factor from ldl_factor (LD
+    (*, n, n), pivots (*, n)), B (*, n, k), batch dimensions broadcast; CPU's LAPACK
+    sytrs/hetrs replayed (see `_ldl_solve_one`)."""
+    herm = hermitian and jnp.iscomplexobj(LD)
+    shape = context().out().shape
+    if 0 in shape:
+        return jnp.zeros(shape, B.dtype)
+    n = LD.shape[-1]
+    batch = shape[:-2]
+    ld = jnp.broadcast_to(LD, batch + (n, n)).reshape((-1, n, n))
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + (n,)).reshape((-1, n))
+    b = jnp.broadcast_to(B, shape).reshape((-1,) + shape[-2:])
+    return jax.vmap(lambda l, p, x: _ldl_solve_one(l, p, x, herm))(ld, piv, b).reshape(shape)
