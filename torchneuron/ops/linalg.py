@@ -14,7 +14,9 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ..runtime import dtypes as dt
 from ._common import acc_type
+from .indexing import host_kernel, lowered
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -758,3 +760,129 @@ def linalg_ldl_solve(LD, pivots, B, hermitian=False):
     piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + (n,)).reshape((-1, n))
     b = jnp.broadcast_to(B, shape).reshape((-1,) + shape[-2:])
     return jax.vmap(lambda l, p, x: _ldl_solve_one(l, p, x, herm))(ld, piv, b).reshape(shape)
+
+
+# ------------------------------------------------------------------ lstsq
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _lstsq_shapes(self, b, driver):
+    """CPU's checks of linalg_lstsq (ATen's order, its messages) and its output shapes:
+    (solution, residuals, rank, singular_values, vector_case). Residuals exist for
+    m > n and drivers other than gelsy (gelsd/gelss drop them again when a matrix is
+    rank-deficient: the host kernel decides that); rank is per matrix of the
+    unbroadcast input for every driver but gels, singular values for gelsd/gelss."""
+    if self.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if b.dim() < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if self.dtype != b.dtype:
+        raise RuntimeError("torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's "
+                           f"dtype {_scalar(dt.to_jax(self.dtype))} and other's dtype {_scalar(dt.to_jax(b.dtype))}")
+    diff = self.dim() - b.dim()
+    if not 0 <= diff <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    b_rows = b.shape[-1] if diff else b.shape[-2]
+    if self.shape[-2] != b_rows:
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-1)" if diff else
+                           "torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    driver = driver or "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    if not (self.dtype.is_floating_point or self.dtype.is_complex) or self.dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError("This function doesn't handle types other than float and double")
+    m, n = self.shape[-2:]
+    k = 1 if diff else b.shape[-1]
+    batch = tuple(torch.broadcast_shapes(self.shape[:-2], b.shape[:-1 - (not diff)]))
+    solution = batch + ((n,) if diff else (n, k))
+    residuals = batch + (k,) if m > n and driver != "gelsy" else (0,)
+    rank = tuple(self.shape[:-2]) if driver != "gels" else (0,)
+    sv = tuple(self.shape[:-2]) + (min(m, n),) if driver in ("gelsd", "gelss") else (0,)
+    return solution, residuals, rank, sv, bool(diff)
+
+
+def _lstsq_meta(self, b, rcond=None, *, driver=None):
+    shapes = _lstsq_shapes(self, b, driver)
+    real = self.real.dtype if self.dtype.is_complex else self.dtype
+    out_dtypes = (self.dtype, real, torch.int64, real)
+    return tuple(torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes))
+
+
+_meta_lib.impl("linalg_lstsq", _lstsq_meta, "Meta")  # PyTorch has none (CPU computes residuals' shape late)
+
+
+@lowering(aten.linalg_lstsq.default, static=("rcond",))
+def linalg_lstsq(self, b, rcond=None, driver=None):
+    """aten::linalg_lstsq: (solution, residuals, rank, singular_values) of
+    min ||A X - B|| for A (*, m, n), B (*, m, k) or (*, m), batch dimensions broadcast.
+    Every driver is computed from A's SVD as the minimum-norm solution with singular
+    values below rcond * s_max dropped (rcond defaults to eps * max(m, n), as on CPU):
+    gelsd/gelss are that algorithm, gelsy (complete orthogonal factorization) and
+    gels (QR/LQ) give the same solution for full-rank A. Residuals are the squared
+    norms of the last m - n rows of Q^H B (what gels leaves there), outputs a driver
+    does not produce are empty (see `_lstsq_shapes`)."""
+    ctx = context()
+    driver = driver or "gelsy"
+    m, n = self.shape[-2:]
+    vector = b.ndim == self.ndim - 1
+    B = b[..., None] if vector else b
+    batch = jnp.broadcast_shapes(self.shape[:-2], B.shape[:-2])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    k = B.shape[-1]
+    real = jnp.finfo(self.dtype).dtype
+    if rcond is None or rcond < 0:  # LAPACK: a negative rcond means machine precision
+        rcond = float(jnp.finfo(real).eps) * (max(m, n) if rcond is None else 1)
+    if min(m, n) == 0 or self.size == 0:
+        s = jnp.zeros(self.shape[:-2] + (min(m, n),), real)
+        X = jnp.zeros(batch + (n, k), self.dtype)
+        rank = jnp.zeros(self.shape[:-2], jnp.int64)
+    else:
+        u, s, vh = jnp.linalg.svd(self, full_matrices=False)
+        keep = s > rcond * s[..., :1]
+        rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+        inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(self.dtype)
+        uhb = jnp.matmul(jnp.conj(jnp.swapaxes(u, -1, -2)), B, precision=_HIGHEST)
+        X = jnp.matmul(jnp.conj(jnp.swapaxes(vh, -1, -2)), inv[..., :, None] * uhb, precision=_HIGHEST)
+    outs = [X[..., 0] if vector else X]
+    if m > n and driver != "gelsy":
+        q = jnp.linalg.qr(jnp.broadcast_to(self, batch + (m, n)), mode="complete")[0] if n else \
+            jnp.broadcast_to(jnp.eye(m, dtype=self.dtype), batch + (m, m))
+        tail = jnp.matmul(jnp.conj(jnp.swapaxes(q[..., :, n:], -1, -2)), B, precision=_HIGHEST)
+        res = jnp.sum(jnp.real(tail * jnp.conj(tail)), axis=-2).astype(real)
+        if driver == "gels":  # gels zeroes B for an empty or all-zero A (LAPACK's quick returns)
+            zero_a = jnp.all(self == 0, axis=(-2, -1)) if n else jnp.ones(self.shape[:-2], bool)
+            res = jnp.where(jnp.broadcast_to(zero_a, batch)[..., None], 0, res)
+        outs.append(res)
+    else:
+        outs.append(jnp.zeros(ctx.out(1).shape, real))
+    outs.append(rank if driver != "gels" else jnp.zeros((0,), jnp.int64))
+    outs.append(s if driver in ("gelsd", "gelss") else jnp.zeros((0,), real))
+    return tuple(outs)
+
+
+def _lstsq_host(self, b, rcond=None, *, driver=None):
+    """Eager aten::linalg_lstsq: the lowering, then for gelsd/gelss with m > n one
+    synchronization, because CPU returns residuals only when every matrix has full
+    rank n (a data-dependent shape)."""
+    solution, residuals, rank, sv = lowered(aten.linalg_lstsq.default)(self, b, rcond, driver=driver)
+    n = self.shape[-1]
+    if driver in ("gelsd", "gelss") and residuals.numel() and not bool((rank == n).all()):
+        residuals = residuals.new_empty((0,))
+    return solution, residuals, rank, sv
+
+
+def _lstsq_out_host(self, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
+    """Eager aten::linalg_lstsq.out: the functional host kernel's results resized and
+    copied into the out tensors (PyTorch's out= rules: resize, safe casts only)."""
+    from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
+
+    outs = (solution, residuals, rank, singular_values)
+    for out, res in zip(outs, _lstsq_host(self, b, rcond, driver=driver)):
+        _maybe_resize_out(out, res.shape)
+        _safe_copy_out(copy_from=res, copy_to=out)
+    return outs
+
+
+host_kernel(aten.linalg_lstsq.default)(_lstsq_host)
+host_kernel(aten.linalg_lstsq.out)(_lstsq_out_host)
