@@ -886,3 +886,82 @@ def _lstsq_out_host(self, b, rcond=None, *, driver=None, solution, residuals, ra
 
 host_kernel(aten.linalg_lstsq.default)(_lstsq_host)
 host_kernel(aten.linalg_lstsq.out)(_lstsq_out_host)
+
+
+# ------------------------------------------------------------------ eig, polar, sqrth
+def _complex_of(dtype):
+    return jnp.complex128 if jnp.dtype(dtype) in (jnp.float64, jnp.complex128) else jnp.complex64
+
+
+def _eig(A, vectors: bool):
+    """LAPACK geev through XLA:CPU (JAX's eig): eigenvalues in geev's order and
+    eigenvectors of unit norm with the largest component real, as CPU's geev gives
+    them. Non-finite input raises LinAlgError, as CPU checks before calling geev."""
+    context().check(jnp.all(jnp.isfinite(A)), torch.linalg.LinAlgError,
+                    "linalg.eig: input tensor should not contain infs or NaNs.")
+    ctype = _complex_of(A.dtype)
+    if A.size == 0:
+        return jnp.zeros(A.shape[:-1], ctype), jnp.zeros(A.shape, ctype)
+    # Non-finite matrices (already reported) would make geev fail: factor zeros instead.
+    A = jnp.where(jnp.all(jnp.isfinite(A), axis=(-2, -1), keepdims=True), A, 0)
+    if not vectors:
+        return jnp.linalg.eigvals(A).astype(ctype), None
+    w, v = jnp.linalg.eig(A)
+    return w.astype(ctype), v.astype(ctype)
+
+
+@lowering(aten.linalg_eig.default)
+def linalg_eig(self):
+    """aten::linalg_eig: (eigenvalues, eigenvectors) of a general (*, n, n), complex
+    for every input dtype (see `_eig`)."""
+    return _eig(self, True)
+
+
+@lowering(aten._linalg_eigvals.default, aten.linalg_eigvals.default)
+def linalg_eigvals(self):
+    """aten::_linalg_eigvals (and linalg_eigvals, whose out= overload ATen implements
+    directly): eigenvalues of a general (*, n, n) via geev (see `_eig`)."""
+    return _eig(self, False)[0]
+
+
+@lowering(aten.linalg_householder_product.default)
+def linalg_householder_product(self, tau):
+    """aten::linalg_householder_product: the first n columns of H_1 ... H_k for the
+    Householder reflectors H_i = I - tau_i v_i v_i^H stored below the diagonal of
+    (*, m, n) (LAPACK orgqr/ungqr; XLA's householder_product, which is that on CPU)."""
+    if self.size == 0:
+        return jnp.zeros(self.shape, self.dtype)
+    k = tau.shape[-1]
+    if k < self.shape[-1]:  # XLA wants a scalar per column: the missing ones are identities
+        tau = jnp.concatenate([tau, jnp.zeros(tau.shape[:-1] + (self.shape[-1] - k,), tau.dtype)], axis=-1)
+        self = jnp.concatenate([self[..., :k], jnp.zeros(self.shape[:-1] + (self.shape[-1] - k,), self.dtype)],
+                               axis=-1)
+    return lax.linalg.householder_product(self, tau)
+
+
+@lowering(aten.linalg_matrix_sqrth.default)
+def linalg_matrix_sqrth(self):
+    """aten::linalg_matrix_sqrth: the principal square root of a symmetric (Hermitian)
+    positive-definite (*, n, n), from the eigendecomposition of its lower triangle as
+    on CPU: V diag(sqrt(max(w, 0))) V^H (negative eigenvalues of indefinite input
+    clamp to 0, as CPU's do)."""
+    if self.size == 0:
+        return jnp.zeros(self.shape, self.dtype)
+    w, v = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)
+    root = jnp.sqrt(jnp.maximum(w, 0)).astype(self.dtype)
+    return jnp.matmul(v * root[..., None, :], jnp.conj(jnp.swapaxes(v, -1, -2)), precision=_HIGHEST)
+
+
+@lowering(aten.linalg_polar.default)
+def linalg_polar(A):
+    """aten::linalg_polar: (U, H) with A = U H for (*, m, n), m >= n: U = W V^H with
+    orthonormal columns and H = V S V^H positive semi-definite, from A's thin SVD
+    A = W S V^H, CPU's algorithm."""
+    if A.size == 0:
+        ctx = context()
+        return jnp.zeros(ctx.out(0).shape, A.dtype), jnp.zeros(ctx.out(1).shape, A.dtype)
+    w, s, vh = jnp.linalg.svd(A, full_matrices=False)
+    u = jnp.matmul(w, vh, precision=_HIGHEST)
+    v = jnp.conj(jnp.swapaxes(vh, -1, -2))
+    h = jnp.matmul(v * s.astype(A.dtype)[..., None, :], vh, precision=_HIGHEST)
+    return u, h
