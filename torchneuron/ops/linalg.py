@@ -17,7 +17,7 @@ from jax import lax
 from ..runtime import dtypes as dt
 from ._common import acc_type
 from .indexing import host_kernel, lowered
-from .registry import context, lowering
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -908,6 +908,16 @@ def _eig(A, vectors: bool):
         return jnp.linalg.eigvals(A).astype(ctype), None
     w, v = jnp.linalg.eig(A)
     return w.astype(ctype), v.astype(ctype)
+
+
+@meta_check(aten.linalg_eig.default, aten._linalg_eigvals.default)
+def _check_eig_dtype(self, *args, **kwargs):
+    """CPU's errors for dtypes geev lacks, where PyTorch's meta kernel raises KeyError
+    (no complex counterpart) or accepts half types."""
+    if self.dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f'"linalg_eig_out_cpu" not implemented for \'{_scalar(dt.to_jax(self.dtype))}\'')
+    if not (self.dtype.is_floating_point or self.dtype.is_complex):
+        raise RuntimeError(f"Unknown Complex ScalarType for {_scalar(dt.to_jax(self.dtype))}")
 
 
 @lowering(aten.linalg_eig.default)
