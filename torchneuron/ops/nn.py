@@ -17,7 +17,8 @@ from jax import lax
 
 from ..kernels import attention
 from ._common import acc_type
-from .indexing import type_name
+from .indexing import host_kernel, type_name
+from .linalg import copy_out
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -488,6 +489,29 @@ def native_batch_norm_legit(input, weight, bias, running_mean, running_var, trai
     """aten::_native_batch_norm_legit: native_batch_norm with the mutation declared."""
     out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return (out, m, s), updates
+
+
+@host_kernel(aten._native_batch_norm_legit.out)
+def native_batch_norm_legit_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out,
+                                save_mean, save_invstd):
+    """Eager aten::_native_batch_norm_legit.out: the functional overload (which
+    updates the running statistics in place) with its results copied into the out
+    tensors; CPU requires their dtypes to match exactly, and in eval mode leaves
+    save_mean and save_invstd empty. The executor cannot derive this overload: it both
+    mutates arguments and writes out= tensors."""
+    results = aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, training,
+                                                    momentum, eps)
+    if not training:
+        results = (results[0], results[1].new_empty((0,)), results[2].new_empty((0,)))
+    return copy_out(results, (out, save_mean, save_invstd), exact_dtype=True)
+
+
+@host_kernel(aten._native_batch_norm_legit.no_stats_out)
+def native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean,
+                                         save_invstd):
+    """Eager aten::_native_batch_norm_legit.no_stats_out, like `native_batch_norm_legit_out`."""
+    results = aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    return copy_out(results, (out, save_mean, save_invstd), exact_dtype=True)
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)
