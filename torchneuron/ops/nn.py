@@ -491,6 +491,14 @@ def native_batch_norm_legit(input, weight, bias, running_mean, running_var, trai
     return (out, m, s), updates
 
 
+def _bn_stats_dtype(input, *params):
+    """CPU batch norm's save_mean/save_invstd dtype: float32 for a half-type input
+    with a float32 parameter or running statistic ("mixed type"), else the input's."""
+    mixed = input.dtype in (torch.float16, torch.bfloat16) and any(
+        p is not None and p.dtype == torch.float32 for p in params)
+    return torch.float32 if mixed else input.dtype
+
+
 @host_kernel(aten._native_batch_norm_legit.out)
 def native_batch_norm_legit_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out,
                                 save_mean, save_invstd):
@@ -501,9 +509,9 @@ def native_batch_norm_legit_out(input, weight, bias, running_mean, running_var, 
     mutates arguments and writes out= tensors."""
     results = aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, training,
                                                     momentum, eps)
-    if not training:
-        results = (results[0], results[1].new_empty((0,)), results[2].new_empty((0,)))
-    return copy_out(results, (out, save_mean, save_invstd), exact_dtype=True)
+    dtype = _bn_stats_dtype(input, weight, bias, running_mean, running_var)
+    stats = [r.new_empty((0,), dtype=dtype) if not training else r.to(dtype) for r in results[1:]]
+    return copy_out((results[0], *stats), (out, save_mean, save_invstd), exact_dtype=True)
 
 
 @host_kernel(aten._native_batch_norm_legit.no_stats_out)
@@ -511,7 +519,9 @@ def native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum
                                          save_invstd):
     """Eager aten::_native_batch_norm_legit.no_stats_out, like `native_batch_norm_legit_out`."""
     results = aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
-    return copy_out(results, (out, save_mean, save_invstd), exact_dtype=True)
+    dtype = _bn_stats_dtype(input, weight, bias)
+    return copy_out((results[0], results[1].to(dtype), results[2].to(dtype)), (out, save_mean, save_invstd),
+                    exact_dtype=True)
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)

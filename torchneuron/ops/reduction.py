@@ -9,6 +9,8 @@ keepdim and reshapes to the output shape PyTorch computed.
 Half types accumulate in float32 and round once, as ATen's CPU kernels do. Floating
 extrema propagate NaN; sorts order NaN after +inf (before it when descending).
 """
+import builtins
+
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -639,3 +641,140 @@ def _histc(self, bins=100, min=0, max=0):
     pos = jnp.where(inside, jnp.minimum(pos, bins - 1), bins)
     counts = jnp.zeros(bins + 1, self.dtype).at[pos].add(jnp.ones_like(x, self.dtype))
     return counts[:bins]
+
+
+# ------------------------------------------------------------------ histogram, histogramdd
+def _histogramdd_check(self, bins, range, weight, name="torch.histogramdd"):
+    """CPU's argument checks of histogram/histogramdd with bin counts (ATen's
+    histogramdd_check_inputs and select_outer_bin_edges), for the meta kernels: the
+    input as (N, D) samples, D = its last dimension."""
+    if self.dtype not in (torch.float32, torch.float64):
+        kind = str(self.dtype).split(".")[-1]
+        names = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
+                 "float16": "Half", "bfloat16": "BFloat16", "complex64": "ComplexFloat",
+                 "complex128": "ComplexDouble"}
+        raise NotImplementedError(f"\"histogramdd\" not implemented for '{names.get(kind, kind)}'")
+    if self.dim() < 2:
+        raise RuntimeError("torch.histogramdd: input tensor should have at least 2 dimensions")
+    d = self.shape[-1]
+    if len(bins) != d:
+        raise RuntimeError("histogramdd: The size of bins must be equal to the innermost dimension of the input.")
+    for i, b in enumerate(bins):
+        if b <= 0:
+            raise RuntimeError(f"{name}(): bins must be > 0, but got {b} for dimension {i}")
+    if weight is not None:
+        if tuple(weight.shape) != tuple(self.shape[:-1]):
+            raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
+                               "input tensor excluding its innermost dimension, but got input with shape "
+                               f"{tuple(self.shape)} and weight with shape {tuple(weight.shape)}")
+        if weight.dtype != self.dtype:
+            raise RuntimeError("torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should "
+                               f"have the same dtype, but got input({self.dtype}), and weight({weight.dtype})")
+    if range is not None:
+        if len(range) != 2 * d:
+            raise RuntimeError(f"torch.histogramdd: for a {d}-dimensional histogram range should have {2 * d} "
+                               f"elements, but got {len(range)}")
+        for i in builtins.range(d):
+            lo, hi = range[2 * i], range[2 * i + 1]
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                raise RuntimeError(f"torch.histogramdd: dimension {i}'s range [{lo}, {hi}] is not finite")
+            if lo > hi:
+                raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {lo} max {hi} for "
+                                   f"dimension {i}")
+
+
+
+def _linspace(start, end, steps: int, dtype):
+    """ATen's CPU linspace from traced float64 bounds into float32/float64: the bounds
+    and the step in the output dtype, the first half counted up from `start`, the
+    second half down from `end` (factory.linspace, for bounds known only on the device)."""
+    s, e = start.astype(dtype), end.astype(dtype)
+    step = (e - s) / jnp.asarray(steps - 1, dtype)
+    i = lax.iota(jnp.float64, steps)
+    s, e, step = s.astype(jnp.float64), e.astype(jnp.float64), step.astype(jnp.float64)
+    return jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i)).astype(dtype)
+
+
+def _histogramdd(x, bins, range, weight, density, name):
+    """(hist, [edges per dimension]) of samples x (N, D) in equal-width bins, as CPU's
+    histogramdd with bin counts: edges span `range` or the data's [min, max] (widened
+    by 0.5 each side when empty; [0, 1] without samples), linspace'd in x's dtype; a
+    sample outside the edges, or NaN, is not counted; the last bin includes its right
+    edge; a sample's bin is the last edge <= it (CPU's interpolation with local search)."""
+    n, d = x.shape
+    edges = []
+    for i in builtins.range(d):
+        if range is not None:
+            lo, hi = jnp.float64(range[2 * i]), jnp.float64(range[2 * i + 1])
+        elif n:
+            lo, hi = jnp.min(x[:, i]).astype(jnp.float64), jnp.max(x[:, i]).astype(jnp.float64)
+            context().check(jnp.isfinite(lo) & jnp.isfinite(hi), RuntimeError,
+                            f"{name}: dimension {i}'s range is not finite")
+        else:
+            lo, hi = jnp.float64(0), jnp.float64(1)
+        same = lo == hi
+        lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
+        edges.append(_linspace(lo, hi, bins[i] + 1, x.dtype))
+    flat = jnp.zeros((n,), jnp.int64)
+    inside = jnp.ones((n,), bool)
+    for i, e in enumerate(edges):
+        v = x[:, i]
+        inside = inside & (v >= e[0]) & (v <= e[-1])
+        pos = jnp.minimum(jnp.searchsorted(e, v, side="right") - 1, bins[i] - 1)
+        flat = flat * bins[i] + jnp.clip(pos, 0, bins[i] - 1)
+    total = int(np.prod(bins))
+    w = jnp.ones((n,), x.dtype) if weight is None else weight.reshape(-1).astype(x.dtype)
+    hist = jnp.zeros((total + 1,), x.dtype).at[jnp.where(inside, flat, total)].add(w)[:total]
+    hist = hist.reshape(tuple(bins))
+    if density:
+        hist = hist / jnp.sum(hist)
+        for i, e in enumerate(edges):
+            shape = [1] * d
+            shape[i] = bins[i]
+            hist = hist / jnp.diff(e).reshape(shape)
+    return hist, edges
+
+
+def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False):
+    _histogramdd_check(self.reshape(-1, 1), [bins], range, weight.reshape(-1) if weight is not None else None,
+                       "torch.histogram")
+    return self.new_empty((bins,)), self.new_empty((bins + 1,))
+
+
+def _histogramdd_bin_edges_meta(self, bins, *, range=None, weight=None, density=False):
+    _histogramdd_check(self, bins, range, weight)
+    return [self.new_empty((b + 1,)) for b in bins]
+
+
+def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, density=False):
+    _histogramdd_check(self, bins, range, weight)
+    return self.new_empty(tuple(bins))
+
+
+_meta_lib.impl("histogram.bin_ct", _histogram_meta, "Meta")
+_meta_lib.impl("_histogramdd_bin_edges", _histogramdd_bin_edges_meta, "Meta")
+_meta_lib.impl("_histogramdd_from_bin_cts", _histogramdd_from_bin_cts_meta, "Meta")
+
+
+@lowering(aten.histogram.bin_ct, static=("range",))
+def histogram(self, bins=100, range=None, weight=None, density=False):
+    """aten::histogram.bin_ct: (hist (bins,), bin_edges (bins + 1,)) of all of self's
+    elements (see `_histogramdd`); the bin count is static, so no synchronization."""
+    hist, edges = _histogramdd(self.reshape(-1, 1), [bins], range, weight, density, "torch.histogram")
+    return hist, edges[0]
+
+
+@lowering(aten._histogramdd_bin_edges.default, static=("range",))
+def histogramdd_bin_edges(self, bins, range=None, weight=None, density=False):
+    """aten::_histogramdd_bin_edges (torch.histogramdd's edges): one edge tensor per
+    dimension of the samples (*, D) (see `_histogramdd`)."""
+    x = self.reshape(-1, self.shape[-1])
+    return _histogramdd(x, list(bins), range, None, False, "torch.histogramdd")[1]
+
+
+@lowering(aten._histogramdd_from_bin_cts.default, static=("range",))
+def histogramdd_from_bin_cts(self, bins, range=None, weight=None, density=False):
+    """aten::_histogramdd_from_bin_cts (torch.histogramdd's counts): the D-dimensional
+    histogram of samples (*, D) (see `_histogramdd`)."""
+    x = self.reshape(-1, self.shape[-1])
+    return _histogramdd(x, list(bins), range, weight, density, "torch.histogramdd")[0]
