@@ -11,15 +11,17 @@ extrema propagate NaN; sorts order NaN after +inf (before it when descending).
 """
 import builtins
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
+from ..runtime import dtypes as dt
 from ._common import acc_type, convert, is_float
 from .indexing import not_implemented
-from .registry import context, lowering
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -649,11 +651,7 @@ def _histogramdd_check(self, bins, range, weight, name="torch.histogramdd"):
     histogramdd_check_inputs and select_outer_bin_edges), for the meta kernels: the
     input as (N, D) samples, D = its last dimension."""
     if self.dtype not in (torch.float32, torch.float64):
-        kind = str(self.dtype).split(".")[-1]
-        names = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
-                 "float16": "Half", "bfloat16": "BFloat16", "complex64": "ComplexFloat",
-                 "complex128": "ComplexDouble"}
-        raise NotImplementedError(f"\"histogramdd\" not implemented for '{names.get(kind, kind)}'")
+        raise not_implemented("histogramdd", dt.to_jax(self.dtype))
     if self.dim() < 2:
         raise RuntimeError("torch.histogramdd: input tensor should have at least 2 dimensions")
     d = self.shape[-1]
@@ -778,3 +776,80 @@ def histogramdd_from_bin_cts(self, bins, range=None, weight=None, density=False)
     histogram of samples (*, D) (see `_histogramdd`)."""
     x = self.reshape(-1, self.shape[-1])
     return _histogramdd(x, list(bins), range, weight, density, "torch.histogramdd")[0]
+
+
+# ------------------------------------------------------------------ segment_reduce
+_SEGMENT_OPS = {"sum": jax.ops.segment_sum, "mean": jax.ops.segment_sum, "prod": jax.ops.segment_prod,
+                "max": jax.ops.segment_max, "amax": jax.ops.segment_max, "min": jax.ops.segment_min,
+                "amin": jax.ops.segment_min}
+
+
+def _segments(data, lengths, offsets, axis, unsafe):
+    """(data as (P, L, Q), segment id per (lane, position) (P, L) with S for
+    positions in no segment, lengths (P, S)) for segment_reduce's layout: segments
+    along `axis`, one row of lengths (or offsets) per index of the dims before it."""
+    ctx = context()
+    pre, L, post = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    p, q = int(np.prod(pre)), int(np.prod(post))
+    if offsets is not None:
+        offs = offsets.reshape(p, -1).astype(jnp.int64)
+        starts, lens = offs[:, :-1], jnp.diff(offs, axis=-1)
+        first = offs[:, :1]
+    else:
+        lens = lengths.reshape(p, -1).astype(jnp.int64)
+        starts = jnp.cumsum(lens, axis=-1) - lens
+        first = jnp.zeros((p, 1), jnp.int64)
+        if not unsafe:
+            ctx.check(jnp.all(jnp.sum(lens, axis=-1) == L), RuntimeError,
+                      "segment_reduce(): Expected all rows of lengths along axis to sum to data.size(lengths.dim()-1) "
+                      "when !unsafe.")
+    ctx.check(jnp.all(lens >= 0), RuntimeError, "lengths contains negative value!")
+    s = lens.shape[-1]
+    pos = jnp.arange(L)
+    ends = starts + lens
+    ids = jax.vmap(lambda e: jnp.searchsorted(e, pos, side="right"))(ends)
+    ids = jnp.where(pos[None, :] >= first, ids, s)
+    return data.reshape(p, L, q), ids, lens, s
+
+
+@meta_check(aten.segment_reduce.default)
+def _check_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
+                          initial=None):
+    """CPU's argument errors, which PyTorch's meta kernel lacks or raises as other
+    types (IndexError for an axis lengths lacks, NotImplementedError for indices)."""
+    if reduce not in _SEGMENT_OPS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    bounds = lengths if lengths is not None else offsets
+    if bounds is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    axis = canonicalize_dim(data.dim(), axis)
+    name = "lengths" if lengths is not None else "offsets"
+    if axis != bounds.dim() - 1:
+        raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {name} but got {axis}.")
+    if bounds.dtype.is_floating_point or bounds.dtype.is_complex or bounds.dtype == torch.bool:
+        raise not_implemented(f"_segment_reduce_{name}_cpu_kernel1", dt.to_jax(bounds.dtype))
+
+
+@lowering(aten.segment_reduce.default, static=("initial",))
+def segment_reduce(data, reduce, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """aten::segment_reduce: `reduce` (sum, mean, prod, max, min) over consecutive
+    segments along `axis` given by `lengths` or `offsets` (one row per index of the
+    leading dims). Empty segments give `initial` or the reduction's identity (mean:
+    NaN); `initial` also joins every non-empty segment, as in CPU's kernel (mean:
+    (initial + sum) / length). Negative lengths, and lengths not summing to the axis
+    size unless `unsafe`, raise RuntimeError on the device."""
+    axis = canonicalize_dim(data.ndim, axis)
+    x, ids, lens, s = _segments(data, lengths, offsets, axis, unsafe)
+    out = jax.vmap(lambda v, i: _SEGMENT_OPS[reduce](v, i, num_segments=s))(x, ids)  # (P, S, Q)
+    if initial is not None:
+        init = jnp.asarray(initial, data.dtype)
+        out = {"sum": lambda: out + init, "mean": lambda: out + init, "prod": lambda: out * init,
+               "max": lambda: jnp.maximum(out, init), "amax": lambda: jnp.maximum(out, init),
+               "min": lambda: jnp.minimum(out, init), "amin": lambda: jnp.minimum(out, init)}[reduce]()
+    if reduce == "mean":
+        n = lens[..., None].astype(data.dtype)
+        empty = jnp.asarray(jnp.nan if initial is None else initial, data.dtype)
+        out = jnp.where(lens[..., None] > 0, out / jnp.where(n > 0, n, 1), empty)
+    return out.reshape(data.shape[:axis] + (s,) + data.shape[axis + 1:])
