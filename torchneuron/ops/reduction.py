@@ -853,3 +853,46 @@ def segment_reduce(data, reduce, lengths=None, indices=None, offsets=None, axis=
         empty = jnp.asarray(jnp.nan if initial is None else initial, data.dtype)
         out = jnp.where(lens[..., None] > 0, out / jnp.where(n > 0, n, 1), empty)
     return out.reshape(data.shape[:axis] + (s,) + data.shape[axis + 1:])
+
+
+@lowering(aten._segment_reduce_backward.default, static=("initial",))
+def segment_reduce_backward(grad, output, data, reduce, lengths=None, offsets=None, axis=0, initial=None):
+    """aten::_segment_reduce_backward: the gradient of segment_reduce for `data`, by
+    CPU's rules: sum passes the segment's gradient, mean divides it by the length,
+    max/min give it to every element equal to the result (or NaN), divided among them
+    where positive (CPU's kernel's quirk); prod gives grad * output / x, or for a zero
+    or NaN x the product of the segment's other elements (and `initial`) times grad."""
+    axis = canonicalize_dim(data.ndim, axis)
+    x, ids, lens, s = _segments(data, lengths, offsets, axis, True)
+    p, L, q = x.shape
+    inside = (ids < s)[..., None]
+    idx = jnp.minimum(ids, max(s - 1, 0))
+
+    def per_position(seg):  # (P, S, Q) -> (P, L, Q), the value of each position's segment
+        seg = seg.reshape(p, s, q)
+        return jnp.take_along_axis(seg, idx[..., None], axis=1) if s else jnp.zeros((p, L, q), seg.dtype)
+
+    def segment_sum(v):
+        return jax.vmap(lambda a, i: jax.ops.segment_sum(a, i, num_segments=s))(v, ids)
+
+    g = per_position(grad)
+    if reduce in ("sum", "mean"):
+        gi = g
+        if reduce == "mean":
+            gi = g / per_position(jnp.broadcast_to(lens[..., None], (p, s, q))).astype(g.dtype)
+    elif reduce in ("max", "min", "amax", "amin"):
+        hit = (jnp.isnan(x) | (x == per_position(output))) & inside
+        gi = jnp.where(hit, g, 0)
+        counter = per_position(segment_sum(hit.astype(jnp.int64)))
+        gi = jnp.where((counter >= 2) & (gi > 0), gi / counter.astype(g.dtype), gi)
+    else:  # prod
+        bad = (jnp.isnan(x) | (x == 0)) & inside
+        good_prod = per_position(jax.vmap(lambda a, i: jax.ops.segment_prod(a, i, num_segments=s))(
+            jnp.where(bad, 1, x), ids))
+        others_bad = per_position(segment_sum(bad.astype(jnp.int64))) - bad
+        others_nan = per_position(segment_sum((jnp.isnan(x) & inside).astype(jnp.int64))) - jnp.isnan(x)
+        rest = jnp.where(others_bad == 0, 1, jnp.where(others_nan > 0, jnp.nan, 0)).astype(x.dtype)
+        exclusive = good_prod * rest * (1 if initial is None else jnp.asarray(initial, x.dtype))
+        gi = jnp.where(bad, g * exclusive, g * per_position(output) / jnp.where(bad, 1, x))
+    gi = jnp.where(inside, gi, 0).astype(data.dtype)
+    return gi.reshape(data.shape)
