@@ -1599,3 +1599,81 @@ def replication_pad_backward(grad_output, self, padding):
     """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
     edge element collects the gradients of its copies); self's shape and dtype."""
     return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)
+
+
+# ------------------------------------------------------------------ grid_sampler_3d
+def _grid_source(coord, size: int, padding_mode: int, align_corners: bool):
+    """ATen's grid_sampler_compute_source_index (GridSampler.h): a normalized grid
+    coordinate in [-1, 1] to a source index, with border clipping or reflection."""
+    if align_corners:
+        coord = (coord + 1) / 2 * (size - 1)
+    else:
+        coord = ((coord + 1) * size - 1) / 2
+
+    def clip(c):  # std::min(size - 1, std::max(c, 0)): NaN goes to size - 1
+        return jnp.where(jnp.isnan(c), size - 1, jnp.clip(c, 0, size - 1)).astype(c.dtype)
+
+    if padding_mode == 1:
+        return clip(coord)
+    if padding_mode == 2:
+        lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        if lo2 == hi2:
+            return jnp.zeros_like(coord)
+        low, span = lo2 / 2, (hi2 - lo2) / 2
+        c = jnp.abs(coord - low)
+        extra = jnp.fmod(c, span)
+        flips = jnp.floor(c / span)
+        return clip(jnp.where(flips % 2 == 0, extra + low, span - extra + low))
+    return coord
+
+
+def _grid_sample_3d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+    """Trilinear (mode 0) or nearest (mode 1) sampling of input (N, C, D, H, W) at
+    grid (N, Do, Ho, Wo, 3) (x, y, z order), as CPU's grid_sampler_3d: corners
+    outside the input read 0; the eight trilinear terms are summed in CPU's order."""
+    n, c, d, h, w = input.shape
+    x = _grid_source(grid[..., 0], w, padding_mode, align_corners)
+    y = _grid_source(grid[..., 1], h, padding_mode, align_corners)
+    z = _grid_source(grid[..., 2], d, padding_mode, align_corners)
+    src = jnp.moveaxis(input, 1, -1)  # (N, D, H, W, C)
+    batch = jnp.arange(n).reshape(n, 1, 1, 1)
+
+    def read(zi, yi, xi):
+        ok = (zi >= 0) & (zi < d) & (yi >= 0) & (yi < h) & (xi >= 0) & (xi < w)
+        zc, yc, xc = (jnp.clip(v, 0, s - 1).astype(jnp.int32) for v, s in ((zi, d), (yi, h), (xi, w)))
+        return jnp.where(ok[..., None], src[batch, zc, yc, xc], 0)
+
+    if interpolation_mode == 1:
+        out = read(*(jnp.where(jnp.isnan(v), -1, jnp.round(v)) for v in (z, y, x)))
+    else:
+        x0, y0, z0 = (jnp.where(jnp.isnan(v), -2, jnp.floor(v)) for v in (x, y, z))
+        x1, y1, z1 = x0 + 1, y0 + 1, z0 + 1
+        corners = [  # (z, y, x, weight): tnw, tne, tsw, tse, bnw, bne, bsw, bse
+            (z0, y0, x0, (x1 - x) * (y1 - y) * (z1 - z)), (z0, y0, x1, (x - x0) * (y1 - y) * (z1 - z)),
+            (z0, y1, x0, (x1 - x) * (y - y0) * (z1 - z)), (z0, y1, x1, (x - x0) * (y - y0) * (z1 - z)),
+            (z1, y0, x0, (x1 - x) * (y1 - y) * (z - z0)), (z1, y0, x1, (x - x0) * (y1 - y) * (z - z0)),
+            (z1, y1, x0, (x1 - x) * (y - y0) * (z - z0)), (z1, y1, x1, (x - x0) * (y - y0) * (z - z0))]
+        out = 0
+        for zi, yi, xi, wt in corners:
+            out = out + read(zi, yi, xi) * wt[..., None]
+    return jnp.moveaxis(out, -1, 1)
+
+
+@lowering(aten.grid_sampler_3d.default)
+def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """aten::grid_sampler_3d (F.grid_sample on 5-D input): see `_grid_sample_3d`;
+    half types compute in float32 and round once."""
+    out = _grid_sample_3d(_acc(input), _acc(grid), interpolation_mode, padding_mode, align_corners)
+    return out.astype(input.dtype)
+
+
+@lowering(aten.grid_sampler_3d_backward.default)
+def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+                             output_mask):
+    """aten::grid_sampler_3d_backward: (grad_input, grad_grid), the JAX transpose of
+    `_grid_sample_3d` (the same piecewise-linear derivative as CPU's kernel; nearest
+    sampling gives a zero grid gradient, as on CPU)."""
+    _, vjp = jax.vjp(lambda i, g: _grid_sample_3d(i, g, interpolation_mode, padding_mode, align_corners),
+                     _acc(input), _acc(grid))
+    gi, gg = vjp(_acc(grad_output))
+    return gi.astype(input.dtype), gg.astype(grid.dtype)
