@@ -9,6 +9,8 @@ take ATen's `output_mask`: a masked-out gradient is returned as None (an undefin
 tensor), as on CPU.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -1677,3 +1679,117 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
                      _acc(input), _acc(grid))
     gi, gg = vjp(_acc(grad_output))
     return gi.astype(input.dtype), gg.astype(grid.dtype)
+
+
+# ------------------------------------------------------------------ CTC loss
+def _ctc_check(log_probs, targets, input_lengths, target_lengths, blank):
+    """CPU's checks of _ctc_loss's arguments (ctc_loss_allocate_outputs); the lengths
+    are static lists, so these run at trace time."""
+    t_max, batch, num_labels = log_probs.shape
+    if not 0 <= blank < num_labels:
+        raise RuntimeError("blank must be in label range")
+    if len(input_lengths) != batch:
+        raise RuntimeError("input_lengths must be of size batch_size")
+    if len(target_lengths) != batch:
+        raise RuntimeError("target_lengths must be of size batch_size")
+    where = " (while checking arguments for ctc_loss_allocate_outputs)"
+    max_target = max(target_lengths, default=0)
+    if targets.ndim != 1 and targets.shape[1] < max_target:
+        raise RuntimeError(f"Expected tensor to have size at least {max_target} at dimension 1, but got size "
+                           f"{targets.shape[1]} for argument #2 'targets'{where}")
+    for n in input_lengths:
+        if n > t_max or n < 0:
+            bound = f"at most {t_max}" if n > t_max else "at least 0"
+            raise RuntimeError(f"Expected input_lengths to have value {bound}, but got value {n}{where}")
+    for n in target_lengths:
+        if n < 0:
+            raise RuntimeError(f"Expected target_lengths to have value at least 0, but got value {n}{where}")
+
+
+def _log_sum_exp(*terms):
+    """CPU's log(sum exp(x - m)) + m with m the maximum (0 when all are -inf), written
+    so that its JAX derivative is 0, not NaN, where every term is -inf."""
+    m = functools.reduce(jnp.maximum, terms)
+    m = jnp.where(m == -jnp.inf, 0, m)
+    total = sum(jnp.exp(x - m) for x in terms)
+    return jnp.where(total > 0, jnp.log(jnp.where(total > 0, total, 1)), -jnp.inf) + m
+
+
+def _ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank):
+    """(neg_log_likelihood (N,), log_alpha (N, T, 2 S + 1)) by CPU's recursion (Graves
+    et al. eq. 6-8, logsumexp with the maximum pulled out, -inf - -inf avoided).
+    Entries CPU leaves unwritten (t >= input length, s > 2 target length) are -inf."""
+    t_max, batch, _ = log_probs.shape
+    s_max = max(target_lengths, default=0)
+    width = 2 * s_max + 1
+    dtype = log_probs.dtype
+    neginf = jnp.asarray(-jnp.inf, dtype)
+    # Per sample, the padded target (2-D targets) or its slice of the concatenation (1-D).
+    rows, start = [], 0
+    for b, n in enumerate(target_lengths):
+        row = targets[b, :n] if targets.ndim == 2 else targets[start:start + n]
+        start += n
+        rows.append(jnp.pad(row.astype(jnp.int32), (0, s_max - n), constant_values=blank))
+    tg = jnp.stack(rows) if rows else jnp.zeros((0, s_max), jnp.int32)
+    ext = jnp.full((batch, width), blank, jnp.int32).at[:, 1::2].set(tg)  # l': blank, t1, blank, t2, ...
+    s = jnp.arange(width)
+    tl = jnp.asarray(target_lengths, jnp.int32).reshape(batch)
+    il = jnp.asarray(input_lengths, jnp.int32).reshape(batch)
+    valid_s = s[None, :] < (2 * tl + 1)[:, None]
+    skip_ok = (s[None, :] > 1) & (ext != jnp.roll(ext, 2, axis=1))
+    lp = jnp.moveaxis(log_probs, 1, 0)  # (N, T, C)
+    emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[:, None, :], (batch, t_max, width)), axis=2)  # (N, T, W)
+    first = jnp.where((s[None, :] == 0) | ((s[None, :] == 1) & (tl[:, None] > 0)), emit[:, 0], neginf)
+
+    def step(alpha, t):
+        la1 = alpha
+        la2 = jnp.where(s[None, :] > 0, jnp.roll(alpha, 1, axis=1), neginf)
+        la3 = jnp.where(skip_ok, jnp.roll(alpha, 2, axis=1), neginf)
+        new = _log_sum_exp(la1, la2, la3) + emit[:, t]
+        new = jnp.where(valid_s & (t < il)[:, None], new, neginf)
+        return new, new
+
+    if t_max > 1:
+        _, rest = lax.scan(step, first, jnp.arange(1, t_max))
+        log_alpha = jnp.concatenate([first[:, None], jnp.moveaxis(rest, 0, 1)], axis=1)
+    else:
+        log_alpha = first[:, None]
+    last = jnp.take_along_axis(log_alpha, jnp.maximum(il - 1, 0)[:, None, None], axis=1)[:, 0]  # (N, W)
+    l1 = jnp.take_along_axis(last, (2 * tl)[:, None], axis=1)[:, 0]
+    l2 = jnp.take_along_axis(last, jnp.maximum(2 * tl - 1, 0)[:, None], axis=1)[:, 0]
+    ll = jnp.where(tl == 0, last[:, 0], _log_sum_exp(l1, l2))
+    ll = jnp.where(il == 0, jnp.where(tl == 0, 0, neginf), ll)
+    return -ll, log_alpha
+
+
+@lowering(aten._ctc_loss.default)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """aten::_ctc_loss: (neg_log_likelihood (N,), log_alpha (N, T, 2 S + 1)) of
+    log_probs (T, N, C) with padded (N, S) or concatenated targets and static
+    lengths, by CPU's alpha recursion (see `_ctc_alpha`); zero_infinity is applied
+    by the ctc_loss wrapper, not here (as on CPU)."""
+    _ctc_check(log_probs, targets, input_lengths, target_lengths, blank)
+    return _ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank)
+
+
+_meta_lib = torch.library.Library("aten", "IMPL")
+# PyTorch has no meta kernel for it: the gradient has log_probs' shape and layout.
+_meta_lib.impl("_ctc_loss_backward", lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs), "Meta")
+
+
+@lowering(aten._ctc_loss_backward.default)
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank,
+                      zero_infinity=False):
+    """aten::_ctc_loss_backward: CPU's gradient, which is for the logits of a
+    log_softmax (exp(lp) - exp(log(alpha beta) + nll - lp)) times grad: here the JAX
+    transpose of `_ctc_alpha`'s likelihood (the second term) plus exp(lp) * grad, zero
+    after each input length; for infinite losses NaN as on CPU, or zero with
+    zero_infinity."""
+    il = jnp.asarray(input_lengths, jnp.int32).reshape(-1)
+    nll, vjp = jax.vjp(lambda lp: _ctc_alpha(lp, targets, input_lengths, target_lengths, blank)[0], log_probs)
+    g = grad.astype(log_probs.dtype)
+    out = vjp(g)[0] + jnp.exp(log_probs) * g[None, :, None]
+    live = jnp.arange(log_probs.shape[0])[:, None] < il[None, :]
+    # No alignment (infinite loss): CPU's formula gives exp(-inf + inf) = NaN throughout.
+    out = jnp.where(jnp.isinf(nll)[None, :, None], 0 if zero_infinity else jnp.nan, out)
+    return jnp.where(live[..., None], out, 0).astype(log_probs.dtype)
