@@ -93,6 +93,10 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     ("nn.LazyConvTranspose3d", "backward", "float32"):
         "float32 summation order: as nn.ConvTranspose3d (7 of 540 weight-gradient elements differ by up to 3e-5 "
         "absolute where the gradient is near zero)",
+    ("nn.functional.ctc_loss", "backward", "float32"):
+        "float32 rounding: CPU's CTC backward runs its own beta recursion in float32, neuron differentiates "
+        "the alpha recursion; on the sweep's sample (T=50, 16 x 20 labels) 395 of 16000 gradient elements "
+        "differ by up to 9e-5. Against a float64 reference CPU's largest error is 7.6e-5, neuron's 8.7e-6",
     ("atanh", "backward", "complex64"):
         "complex64 rounding: the gradient conj(1 / (1 - z^2)) is divided in single precision by XLA's and CPU's "
         "complex division formulas, which round differently; 1 of 400 elements differs by 2.7e-6 relative "
