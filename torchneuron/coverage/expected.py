@@ -93,6 +93,11 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     ("nn.LazyConvTranspose3d", "backward", "float32"):
         "float32 summation order: as nn.ConvTranspose3d (7 of 540 weight-gradient elements differ by up to 3e-5 "
         "absolute where the gradient is near zero)",
+    **_cases(("grid_sampler_2d", "nn.functional.grid_sample"), ("backward",), _HALF,
+             "half-precision grid gradient: like CPU's vectorized 2-d kernel, neuron computes in the half type "
+             "(so the forward matches CPU exactly), but sums the grid gradient's terms in another order; both are "
+             "far from a float64 reference and about equally so (max grid-gradient error on the sample: "
+             "grid_sampler_2d bfloat16 CPU 6.29, neuron 6.35; float16 CPU 3.62, neuron 3.61)"),
     ("nn.functional.ctc_loss", "backward", "float32"):
         "float32 rounding: CPU's CTC backward runs its own beta recursion in float32, neuron differentiates "
         "the alpha recursion; on the sweep's sample (T=50, 16 x 20 labels) 395 of 16000 gradient elements "

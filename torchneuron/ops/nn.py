@@ -1694,23 +1694,31 @@ def _grid_source_index(coord, size, padding_mode, align_corners):
     return _grid_source(coord, size, padding_mode, align_corners, unnormalize=False)
 
 
-@lowering(aten.grid_sampler_3d.default)
-def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
-    """aten::grid_sampler_3d (F.grid_sample on 5-D input): see `_grid_sample`;
-    half types compute in float32 and round once."""
-    out = _grid_sample(_acc(input), _acc(grid), interpolation_mode, padding_mode, align_corners)
+def _grid_compute_type(input):
+    """The type grid sampling computes in: CPU's 2-D kernel (vectorized) rounds every
+    operation to a half input's type, its 3-D kernel computes in float32."""
+    return input.dtype if input.ndim == 4 else acc_type(input.dtype)
+
+
+@lowering(aten.grid_sampler_3d.default, aten.grid_sampler_2d.default)
+def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    """aten::grid_sampler_3d and grid_sampler_2d (F.grid_sample): see `_grid_sample`,
+    in CPU's compute type (`_grid_compute_type`)."""
+    t = _grid_compute_type(input)
+    out = _grid_sample(input.astype(t), grid.astype(t), interpolation_mode, padding_mode, align_corners)
     return out.astype(input.dtype)
 
 
 @lowering(aten.grid_sampler_3d_backward.default, aten.grid_sampler_2d_backward.default)
 def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    """aten::grid_sampler_3d_backward and grid_sampler_2d_backward (the 2-D forward is
-    PyTorch's decomposition): (grad_input, grad_grid), the JAX transpose of
-    `_grid_sample` (the same piecewise derivative as CPU's kernels; nearest sampling
-    gives a zero grid gradient, as on CPU)."""
+    """aten::grid_sampler_3d_backward and grid_sampler_2d_backward: (grad_input,
+    grad_grid), the JAX transpose of `_grid_sample` in CPU's compute type (the same
+    piecewise derivative as CPU's kernels; nearest sampling gives a zero grid
+    gradient, as on CPU)."""
+    t = _grid_compute_type(input)
     _, vjp = jax.vjp(lambda i, g: _grid_sample(i, g, interpolation_mode, padding_mode, align_corners),
-                     _acc(input), _acc(grid))
-    gi, gg = vjp(_acc(grad_output))
+                     input.astype(t), grid.astype(t))
+    gi, gg = vjp(grad_output.astype(t))
     return gi.astype(input.dtype), gg.astype(grid.dtype)
 
 
