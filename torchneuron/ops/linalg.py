@@ -1,6 +1,8 @@
 """Linear algebra lowerings: matrix products (mm, addmm, bmm, baddbmm, addbmm, mv,
 addmv, dot, addr) and the `torch.linalg` decompositions (solve, cholesky, inv, det,
-qr, svd, eigh, lu_factor, triangular solve) through `jax.lax.linalg`.
+qr, svd, eigh, eig, lu_factor, triangular solve, householder_product, lstsq, polar,
+matrix_sqrth) through `jax.lax.linalg`, and LDL (Bunch-Kaufman) factor and solve,
+which XLA lacks, as LAPACK's unblocked algorithms replayed step by step.
 
 Products run at `Precision.HIGHEST` so float32 matches CPU's BLAS (no reduced-precision
 passes); float16/bfloat16 accumulate in float32 and round once, integers accumulate in

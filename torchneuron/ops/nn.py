@@ -1,10 +1,12 @@
-"""Neural-network lowerings: softmax, losses, normalization, convolution, pooling,
-embedding, upsampling and fused scaled-dot-product attention, forward and backward.
+"""Neural-network lowerings: softmax, losses (CTC included), normalization,
+convolution, pooling, embedding, upsampling, grid sampling and fused
+scaled-dot-product attention, forward and backward.
 
 Half-precision inputs compute in float32 (`acc_type`) and round once, as ATen's CPU
 kernels do. Backward ops whose forward is a linear map of the input (convolution,
 average and adaptive pooling, upsampling) are the JAX transpose (`jax.vjp`) of the
-forward lowering; the others follow ATen's closed-form CPU formulas. Backward ops
+forward lowering, and so are grid sampling's and CTC's (whose piecewise or recursive
+forwards differentiate exactly); the others follow ATen's closed-form CPU formulas. Backward ops
 take ATen's `output_mask`: a masked-out gradient is returned as None (an undefined
 tensor), as on CPU.
 """

@@ -1,5 +1,6 @@
 """Reduction, scan and sort lowerings: sum/mean/prod, extrema and their indices,
-variance, norms, any/all, cumulative ops, sort/topk and order statistics.
+variance, norms, any/all, cumulative ops, sort/topk and order statistics, histograms
+with bin counts, and segment reductions.
 
 Shapes, output dtypes and most errors for bad arguments (bad dims, empty reductions
 without an identity) come from PyTorch's meta kernels before a lowering runs; the
