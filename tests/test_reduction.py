@@ -309,7 +309,8 @@ def test_histogram_matches_cpu():
     check(lambda a: torch.histogram(a, 4), torch.ones(4, dtype=dtype))  # empty range widened by 0.5
     check(lambda a: torch.histogram(a, 4), torch.empty(0, dtype=dtype))
     check(lambda a: torch.histogram(a[::2], 6), make((10, 3), dtype))  # non-contiguous
-    check(lambda a, h, e: torch.histogram(a, 6, out=(h, e)), x, torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype))
+    check(lambda a, h, e: torch.histogram(a, 6, out=(h, e)), x, torch.empty(0, dtype=dtype),
+          torch.empty(0, dtype=dtype))
     check(lambda a, w: torch.histogramdd(a, [3, 4, 2], weight=w, density=True, range=[-1., 1., -2., 2., 0., 1.]),
           make((5, 6, 3), dtype), torch.rand(5, 6, dtype=dtype))
     check(lambda a: torch.histogramdd(a.mT, [3, 2]), make((2, 20), dtype))
@@ -320,7 +321,8 @@ def test_histogram_errors_like_cpu():
     for fn in (lambda a: torch.histogram(a.long(), 3), lambda a: torch.histogram(a, 0),
                lambda a: torch.histogram(a, 3, range=(1., 0.)), lambda a: torch.histogram(a, 3, range=(0., INF)),
                lambda a: torch.histogram(a / 0 * 0, 3),  # NaN data: its range is not finite (device-side)
-               lambda a: torch.histogramdd(a, [3]), lambda a: torch.histogramdd(a.reshape(5, 2), [3, 3], range=[0., 1.])):
+               lambda a: torch.histogramdd(a, [3]),
+               lambda a: torch.histogramdd(a.reshape(5, 2), [3, 3], range=[0., 1.])):
         check_like_cpu(fn, x)
 
 
