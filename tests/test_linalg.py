@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import torchneuron
-from helpers import check, no_fallback, to_neuron
+from helpers import check, check_like_cpu, no_fallback, to_neuron
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
@@ -293,3 +293,91 @@ def test_triangular_solve(upper, transpose, unitriangular):
     A = torch.randn(2, 1, 4, 4, dtype=torch.complex128) + 4 * torch.eye(4)
     B = torch.randn(3, 4, 2, dtype=torch.complex128)  # batch dims broadcast: (2, 3)
     check(lambda B, A: torch.triangular_solve(B, A, upper, transpose, unitriangular), B, A)
+
+
+# ------------------------------------------------------------------ LDL, lstsq, eig, polar
+def _sym(n, dtype, *batch):
+    a = torch.randn(*batch, n, n, dtype=dtype)
+    return a + a.mT
+
+
+@pytest.mark.parametrize("dtype, hermitian", [(torch.float64, False), (torch.complex64, True)])
+def test_ldl_factor_and_solve_match_cpu(dtype, hermitian):
+    # Pivots and the packed LD are LAPACK sytrf's, 1 x 1 and 2 x 2 blocks alike.
+    A = torch.randn(3, 6, 6, dtype=dtype)
+    check(lambda a: torch.linalg.ldl_factor_ex(a, hermitian=hermitian), A, atol=1e-5, rtol=1e-5)
+    LD, piv = torch.linalg.ldl_factor(A, hermitian=hermitian)
+    B = torch.randn(3, 6, 2, dtype=dtype)
+    check(lambda l, p, b: torch.linalg.ldl_solve(l, p, b, hermitian=hermitian), LD, piv, B, atol=1e-5, rtol=1e-5)
+
+
+def test_ldl_edge_cases_out_and_noncontiguous():
+    # Zero pivots (info), a 2 x 2 block on a zero diagonal, an empty batch, out= and a transposed input.
+    check(torch.linalg.ldl_factor_ex, torch.zeros(3, 3))
+    check(torch.linalg.ldl_factor_ex, torch.tensor([[0., 1, 0], [1, 0, 0], [0, 0, 0]]))
+    check(torch.linalg.ldl_factor_ex, torch.randn(0, 3, 3))
+    A = _sym(3, torch.float32)
+    out = (torch.empty(0), torch.empty(0, dtype=torch.int32))
+    check(lambda a, o: torch.linalg.ldl_factor(a.mT, out=o), A, out, atol=1e-5, rtol=1e-5)
+    LD, piv = torch.linalg.ldl_factor(A)
+    B = torch.randn(2, 3)
+    check(lambda l, p, b, o: torch.linalg.ldl_solve(l, p, b.mT, out=o), LD, piv, B, torch.empty(0),
+          atol=1e-5, rtol=1e-5)
+    check_like_cpu(torch.linalg.ldl_factor, torch.zeros(3, 3))  # info > 0: CPU's internal assert
+    check_like_cpu(torch.linalg.ldl_factor, torch.randn(2, 3))
+    check_like_cpu(torch.linalg.ldl_solve, LD, piv.long(), torch.randn(3, 1))
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+def test_lstsq_drivers_match_cpu(driver):
+    fn = lambda a, b: torch.linalg.lstsq(a, b, driver=driver)  # noqa: E731
+    check(fn, torch.randn(2, 5, 3, dtype=torch.float64), torch.randn(2, 5, 4, dtype=torch.float64))
+    check(fn, torch.randn(3, 5, dtype=torch.complex64), torch.randn(3, 2, dtype=torch.complex64),
+          atol=1e-4, rtol=1e-4)
+    check(fn, torch.randn(2, 5, 3), torch.randn(2, 5), atol=1e-4, rtol=1e-4)  # vector rhs
+    check(fn, torch.randn(3, 1, 5, 3), torch.randn(1, 2, 5, 4), atol=1e-4, rtol=1e-4)  # broadcast batch
+    check(fn, torch.randn(5, 0), torch.randn(5, 2))
+
+
+def test_lstsq_rank_deficient_out_noncontiguous_and_errors():
+    A = torch.randn(5, 3, dtype=torch.float64)
+    A[:, 2] = A[:, 1]
+    B = torch.randn(5, 2, dtype=torch.float64)
+    for driver in ("gelsy", "gelsd"):  # minimum-norm solutions; gelsd drops its residuals
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), A, B)
+    outs = tuple(torch.empty(0, dtype=d) for d in (torch.float64, torch.float64, torch.int64, torch.float64))
+    check(lambda a, b, o: torch.linalg.lstsq(a.mT, b, driver="gelsd", out=o), torch.randn(3, 5, dtype=torch.float64),
+          B, outs)
+    check_like_cpu(torch.linalg.lstsq, torch.randn(3), torch.randn(3))
+    check_like_cpu(torch.linalg.lstsq, torch.randn(4, 3), torch.randn(3, 1))
+    check_like_cpu(torch.linalg.lstsq, torch.randn(3, 3, dtype=torch.float64), torch.randn(3, 1))
+    check_like_cpu(lambda a, b: torch.linalg.lstsq(a, b, driver="lu"), torch.randn(3, 3), torch.randn(3, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
+def test_eig_householder_sqrth_polar_match_cpu(dtype):
+    tol = dict(atol=1e-4, rtol=1e-4)
+    A = torch.randn(2, 4, 4, dtype=dtype)
+    check(torch.linalg.eig, A, **tol)  # geev's order and eigenvector normalization
+    check(torch.linalg.eigvals, A, **tol)
+    check(lambda a, o: torch.linalg.eigvals(a.mT, out=o), A[0], torch.empty(0, dtype=torch.complex128), **tol)
+    check(torch.linalg.eig, torch.randn(0, 3, 3, dtype=dtype))
+    V = torch.randn(2, 5, 3, dtype=dtype)
+    check(torch.linalg.householder_product, V, torch.randn(2, 2, dtype=dtype), **tol)
+    check(lambda v, t: torch.linalg.householder_product(v.mT, t), torch.randn(3, 5, dtype=dtype),
+          torch.randn(3, dtype=dtype), **tol)
+    S = A @ A.mH
+    check(torch.linalg.matrix_sqrth, S, **tol)
+    check(torch.linalg.matrix_sqrth, _sym(3, torch.float64))  # indefinite: negative eigenvalues clamp to 0
+    check(torch.linalg.polar, V, **tol)
+    check(lambda a, u, h: torch.linalg.polar(a.mT, out=(u, h)), torch.randn(3, 4, dtype=dtype),
+          torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype), **tol)
+
+
+def test_eig_polar_householder_errors_like_cpu():
+    check_like_cpu(torch.linalg.eig, torch.tensor([[1., float("nan")], [0., 1.]]))
+    check_like_cpu(torch.linalg.polar, torch.randn(3, 5))
+    check_like_cpu(torch.linalg.householder_product, torch.randn(5, 3), torch.randn(4))
+    check_like_cpu(torch.linalg.matrix_sqrth, torch.randn(3, 4))
+    check_like_cpu(torch.linalg.eigvals, torch.randn(3, 3).int())
+    check_like_cpu(torch.linalg.eig, torch.randn(3, 3).half())

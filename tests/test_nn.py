@@ -432,3 +432,79 @@ def test_conv_mismatched_dtypes_raise_like_cpu(conv, rank):
         assert str(actual.value) == str(expected.value)
     # A float64 bias: CPU raises for the forward convolutions, not for conv_transpose2d.
     check_like_cpu(conv, torch.ones(x), torch.ones((1, 1) + k), torch.ones(1, dtype=torch.float64))
+
+
+# ------------------------------------------------------------------ grid_sampler_3d, CTC, batch norm out=
+@pytest.mark.parametrize("mode, padding, align", [("bilinear", "reflection", False), ("nearest", "border", True)])
+def test_grid_sample_3d_matches_cpu(mode, padding, align):
+    x = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64)
+    g = torch.rand(2, 3, 2, 4, 3, dtype=torch.float64) * 2.6 - 1.3  # partly outside [-1, 1]
+
+    def fn(a, b):
+        a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+        out = F.grid_sample(a.transpose(3, 4).transpose(3, 4), b, mode=mode, padding_mode=padding, align_corners=align)
+        out.backward(torch.arange(out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape).sin())
+        return out, a.grad, b.grad
+
+    check(fn, x, g, atol=1e-6, rtol=1e-6)
+
+
+def test_grid_sample_2d_matches_cpu():
+    # The 2-d forward and backward are lowered too: bicubic with reflection, and a half
+    # type computed in that type as CPU's vectorized kernel does (bitwise equal).
+    x, g = torch.randn(2, 3, 5, 6, dtype=torch.float64), torch.rand(2, 4, 3, 2, dtype=torch.float64) * 2.6 - 1.3
+
+    def fn(a, b):
+        a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+        out = F.grid_sample(a, b, mode="bicubic", padding_mode="reflection", align_corners=False)
+        out.backward(torch.ones_like(out))
+        return out, a.grad, b.grad
+
+    check(fn, x, g, atol=1e-6, rtol=1e-6)
+    check(lambda a, b: F.grid_sample(a, b, align_corners=False), x.bfloat16(), g.bfloat16(), atol=0, rtol=0)
+
+
+def test_grid_sample_3d_out_noncontiguous_and_errors():
+    x, g = torch.randn(1, 2, 3, 4, 3), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    check(lambda a, b, o: torch.ops.aten.grid_sampler_3d.out(a.transpose(2, 4), b, 0, 0, False, out=o), x, g,
+          torch.empty(0), **F32_TOL)
+    check_like_cpu(lambda a, b: F.grid_sample(a, b, mode="bicubic", align_corners=False), x, g)
+    check_like_cpu(lambda a, b: F.grid_sample(a, b, align_corners=False), x, g[..., :2])
+
+
+def test_ctc_loss_matches_cpu():
+    T, N, C = 6, 3, 5
+    lp = torch.randn(T, N, C, dtype=torch.float64).log_softmax(2)
+    tg = torch.randint(1, C, (N, 3))
+    tg[0, 1] = tg[0, 2]  # a repeated label needs a blank between
+    # Empty input and target; then a sample that cannot align (2 frames, 3 labels): infinite loss, NaN gradient.
+    for lengths, zero_infinity in ((([6, 5, 0], [3, 2, 0]), True), (([2, 6, 3], [3, 1, 2]), False)):
+        def fn(a, b):
+            a = a.detach().requires_grad_()
+            loss = F.ctc_loss(a, b, *lengths, reduction="none", zero_infinity=zero_infinity)
+            loss.sum().backward()
+            return loss, a.grad
+        check(fn, lp, tg)
+    # Concatenated targets with tensor lengths, a non-contiguous input, and CPU's argument errors.
+    check(lambda a, b, il, tl: F.ctc_loss(a.transpose(0, 1).contiguous().transpose(0, 1), b, il, tl),
+          lp, torch.randint(1, C, (5,)), torch.tensor([6, 4, 5]), torch.tensor([2, 0, 3]))
+    for il, tl, blank in (([6, 5, 7], [3, 2, 0], 0), ([6, 5, 6], [3, 2, -1], 0), ([6, 5], [3, 2, 0], 0),
+                          ([6, 5, 6], [3, 2, 4], 0), ([6, 5, 6], [3, 2, 1], 7)):
+        check_like_cpu(lambda a, b: torch.ops.aten._ctc_loss(a, b, il, tl, blank, False), lp, tg)
+
+
+def test_native_batch_norm_legit_out():
+    def fn(x, rm, rv, outs, training=True):
+        rm, rv = rm.clone(), rv.clone()  # written in place: each run starts from the same statistics
+        res = torch.ops.aten._native_batch_norm_legit.out(x, None, None, rm, rv, training, 0.1, 1e-5, out=outs[0],
+                                                          save_mean=outs[1], save_invstd=outs[2])
+        return res, rm, rv
+
+    x, rm, rv = torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5
+    empty = lambda dtype=torch.float32: tuple(torch.empty(0, dtype=dtype) for _ in range(3))  # noqa: E731
+    check(fn, x, rm, rv, empty(), **F32_TOL)
+    check(fn, x, rm, rv, empty(), False, **F32_TOL)  # eval: CPU leaves save_mean and save_invstd empty
+    check_like_cpu(fn, x, rm, rv, (torch.empty(0, dtype=torch.float64),) + empty()[1:])  # exact dtypes only
+    check(lambda a, o: torch.ops.aten._native_batch_norm_legit.no_stats_out(a, None, None, True, 0.1, 1e-5, out=o[0],
+                                                                           save_mean=o[1], save_invstd=o[2]),
+          x, empty(), **F32_TOL)

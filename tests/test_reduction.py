@@ -320,3 +320,54 @@ def test_hash_tensor_bad_input_raises_like_cpu(call):
         call(x)
     with pytest.raises(type(on_cpu.value)):
         call(x.to("neuron"))
+# ------------------------------------------------------------------ histogram, segment_reduce
+def test_histogram_matches_cpu():
+    dtype = torch.float32
+    check(lambda a: torch.histogram(a, 7), make((40,), torch.float64))
+    x = make((40,), dtype)
+    check(lambda a, w: torch.histogram(a, 5, range=(-1., 1.), weight=w, density=True), x, torch.rand(40, dtype=dtype))
+    check(lambda a: torch.histogram(a, 4), torch.ones(4, dtype=dtype))  # empty range widened by 0.5
+    check(lambda a: torch.histogram(a, 4), torch.empty(0, dtype=dtype))
+    check(lambda a: torch.histogram(a[::2], 6), make((10, 3), dtype))  # non-contiguous
+    check(lambda a, h, e: torch.histogram(a, 6, out=(h, e)), x, torch.empty(0, dtype=dtype),
+          torch.empty(0, dtype=dtype))
+    check(lambda a, w: torch.histogramdd(a, [3, 4, 2], weight=w, density=True, range=[-1., 1., -2., 2., 0., 1.]),
+          make((5, 6, 3), dtype), torch.rand(5, 6, dtype=dtype))
+    check(lambda a: torch.histogramdd(a.mT, [3, 2]), make((2, 20), dtype))
+
+
+def test_histogram_errors_like_cpu():
+    x = make((10,), torch.float32)
+    for fn in (lambda a: torch.histogram(a.long(), 3), lambda a: torch.histogram(a, 0),
+               lambda a: torch.histogram(a, 3, range=(1., 0.)), lambda a: torch.histogram(a, 3, range=(0., INF)),
+               lambda a: torch.histogram(a / 0 * 0, 3),  # NaN data: its range is not finite (device-side)
+               lambda a: torch.histogramdd(a, [3]),
+               lambda a: torch.histogramdd(a.reshape(5, 2), [3, 3], range=[0., 1.])):
+        check_like_cpu(fn, x)
+
+
+def test_segment_reduce_matches_cpu():
+    d = make((7, 2), torch.float64)
+    d[4, 1] = NAN
+    lengths, offsets = torch.tensor([2, 0, 3, 2]), torch.tensor([0, 2, 2, 5, 7])
+
+    def fwd_bwd(reduce, initial=None, **kw):
+        def fn(a, bounds):
+            a = a.detach().requires_grad_()
+            out = torch.segment_reduce(a, reduce, initial=initial, **{kw["by"]: bounds})
+            out.backward(torch.arange(out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape) - 3)
+            return out, a.grad
+        return fn
+
+    for reduce, initial in (("sum", None), ("mean", 2.0), ("max", None), ("min", 2.0), ("prod", None)):
+        check(fwd_bwd(reduce, initial, by="lengths"), d, lengths)
+    check(fwd_bwd("mean", by="offsets"), d, offsets)
+    check(lambda a, l: torch.segment_reduce(a.mT, "sum", lengths=l, axis=1), make((2, 3, 5), torch.float32),
+          torch.tensor([[2, 3], [0, 5]]))
+    check(lambda a, l, o: torch.ops.aten.segment_reduce.out(a, "max", lengths=l, out=o), d, lengths,
+          torch.empty(0, dtype=torch.float64))
+    for reduce, bounds, kw in (("sum", torch.tensor([2, 2]), {}), ("sum", torch.tensor([2, -1, 6]), {}),
+                               ("foo", torch.tensor([7]), {}), ("sum", torch.tensor([7.]), {}),
+                               ("sum", torch.tensor([7]), dict(axis=1))):
+        check_like_cpu(lambda a, b: torch.segment_reduce(a, reduce, lengths=b, **kw), d, bounds)
+    check_like_cpu(lambda a: torch.segment_reduce(a, "sum"), d)

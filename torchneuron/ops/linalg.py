@@ -1,6 +1,8 @@
 """Linear algebra lowerings: matrix products (mm, addmm, bmm, baddbmm, addbmm, mv,
 addmv, dot, addr) and the `torch.linalg` decompositions (solve, cholesky, inv, det,
-qr, svd, eigh, lu_factor, triangular solve) through `jax.lax.linalg`.
+qr, svd, eigh, eig, lu_factor, triangular solve, householder_product, lstsq, polar,
+matrix_sqrth) through `jax.lax.linalg`, and LDL (Bunch-Kaufman) factor and solve,
+which XLA lacks, as LAPACK's unblocked algorithms replayed step by step.
 
 Products run at `Precision.HIGHEST` so float32 matches CPU's BLAS (no reduced-precision
 passes); float16/bfloat16 accumulate in float32 and round once, integers accumulate in
@@ -14,8 +16,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ..runtime import dtypes as dt
 from ._common import acc_type
-from .registry import context, lowering
+from .indexing import host_kernel, lowered
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -564,3 +568,418 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
                                     conjugate_a=False, unit_diagonal=unitriangular)
     return x, a
+
+
+# ------------------------------------------------------------------ LDL (Bunch-Kaufman)
+_BK_ALPHA = (1 + 17 ** 0.5) / 8  # LAPACK sytf2's pivot threshold
+
+
+def _symmetrized(A, herm):
+    """The full matrix whose lower triangle is A's (LAPACK reads only that one): the
+    strict lower part mirrored, conjugated when `herm`, with a real diagonal."""
+    low = jnp.tril(A, -1)
+    diag = jnp.diagonal(A, axis1=-2, axis2=-1)
+    if herm:
+        diag = jnp.real(diag).astype(A.dtype)
+    upper = jnp.swapaxes(jnp.conj(low) if herm else low, -1, -2)
+    return low + upper + diag[..., :, None] * jnp.eye(A.shape[-1], dtype=A.dtype)
+
+
+def _ldl_factor_one(W, herm):
+    """LAPACK's unblocked sytf2/hetf2 (uplo 'L', Bunch-Kaufman partial pivoting) on
+    one full symmetric (Hermitian) n x n matrix: (LD, 1-based pivots, info). The
+    matrix is kept whole and re-mirrored after every step, so LAPACK's lower-triangle
+    row/column interchanges of the trailing block are plain symmetric permutations."""
+    n = W.shape[-1]
+    idx = jnp.arange(n)
+    cplx = jnp.iscomplexobj(W)
+    real = jnp.finfo(W.dtype).dtype
+
+    def cabs1(z):  # LAPACK's i?amax / CABS1 measure
+        return (jnp.abs(jnp.real(z)) + jnp.abs(jnp.imag(z))) if cplx else jnp.abs(z)
+
+    def dabs(z):  # the measure of a diagonal entry: hetf2 reads only its real part
+        return jnp.abs(jnp.real(z)) if herm else cabs1(z)
+
+    def conj(z):
+        return jnp.conj(z) if herm else z
+
+    def step(k, state):
+        W0, piv0, info0, skip = state
+        W = W0
+        col = W[:, k]
+        absakk = dabs(W[k, k])
+        offd = jnp.where(idx > k, cabs1(col), -1)
+        imax = jnp.argmax(offd)
+        colmax = jnp.where(k < n - 1, offd[imax], 0).astype(real)
+        zero = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+        rowmax = jnp.max(jnp.where((idx >= k) & (idx != imax), cabs1(W[imax]), -1)).astype(real)
+        keep = absakk >= _BK_ALPHA * colmax
+        keep = keep | (absakk >= _BK_ALPHA * colmax * (colmax / rowmax))
+        one_at_imax = dabs(W[imax, imax]) >= _BK_ALPHA * rowmax
+        kp = jnp.where(zero | keep, k, imax)
+        two = ~(zero | keep | one_at_imax)
+        kk = jnp.where(two, k + 1, k)
+        # Interchange kk and kp in the trailing block (identity when kp == kk).
+        perm = jnp.where(idx == kk, kp, jnp.where(idx == kp, kk, idx))
+        trail = (idx >= k)[:, None] & (idx >= k)[None, :]
+        W = jnp.where(trail, W[perm][:, perm], W)
+        # 1 x 1 pivot: rank-1 update with the column scaled by 1 / d (syr, then scal).
+        x = jnp.where(idx > k, W[:, k], 0)
+        r1 = (1 / jnp.real(W[k, k])).astype(W.dtype) if herm else 1 / W[k, k]
+        W1 = W + x[:, None] * (-r1 * conj(x)[None, :])
+        W1 = W1.at[:, k].set(jnp.where(idx > k, x * r1, W[:, k]))
+        # 2 x 2 pivot: rank-2 update by the inverse of D's block (sytf2's w_k, w_k+1).
+        a = jnp.where(idx > k + 1, W[:, k], 0)
+        b = jnp.where(idx > k + 1, W[:, jnp.minimum(k + 1, n - 1)], 0)
+        k1 = jnp.minimum(k + 1, n - 1)
+        if herm:
+            d = jnp.abs(W[k1, k])
+            d11, d22 = jnp.real(W[k1, k1]) / d, jnp.real(W[k, k]) / d
+            tt = 1 / (d11 * d22 - 1)
+            d21 = W[k1, k] / d
+            dd = (tt / d).astype(W.dtype)
+            wk = dd * (d11 * a - d21 * b)
+            wkp1 = dd * (d22 * b - jnp.conj(d21) * a)
+        else:
+            d21 = W[k1, k]
+            d11, d22 = W[k1, k1] / d21, W[k, k] / d21
+            t = 1 / (d11 * d22 - 1)
+            d21 = t / d21
+            wk = d21 * (d11 * a - b)
+            wkp1 = d21 * (d22 * b - a)
+        W2 = W - (a[:, None] * conj(wk)[None, :] + b[:, None] * conj(wkp1)[None, :])
+        W2 = W2.at[:, k].set(jnp.where(idx > k + 1, wk, W[:, k]))
+        W2 = W2.at[:, k1].set(jnp.where(idx > k + 1, wkp1, W2[:, k1]))
+        W = jnp.where(zero, W, jnp.where(two, W2, W1))
+        W = _symmetrized(W, herm)
+        p = jnp.where(two, -(kp + 1), kp + 1).astype(jnp.int32)
+        piv = piv0.at[k].set(p)
+        piv = jnp.where(two, piv.at[k1].set(p), piv)
+        info = jnp.where(zero & (info0 == 0), k + 1, info0).astype(jnp.int32)
+        return (jnp.where(skip, W0, W), jnp.where(skip, piv0, piv), jnp.where(skip, info0, info),
+                ~skip & two)
+
+    init = (W, jnp.zeros((n,), jnp.int32), jnp.int32(0), jnp.bool_(False))
+    W, piv, info, _ = lax.fori_loop(0, n, step, init)
+    return jnp.tril(W), piv, info
+
+
+@lowering(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(self, hermitian=False, check_errors=False):
+    """aten::linalg_ldl_factor_ex: (LD, pivots, info) of symmetric (Hermitian when
+    `hermitian`) (*, n, n), as CPU's LAPACK sytrf/hetrf with uplo 'L': Bunch-Kaufman
+    diagonal pivoting with 1 x 1 and 2 x 2 blocks, L (unit, below the diagonal) and D
+    packed in the lower triangle, the upper one zeroed, pivots 1-based (a 2 x 2 block
+    gives both its rows -kp). info = k marks an exactly zero D[k, k]. Follows the
+    reference dsytf2/zhetf2 step by step (MKL's sytrf takes the same pivots)."""
+    herm = hermitian and jnp.iscomplexobj(self)
+    n = self.shape[-1]
+    batch = self.shape[:-2]
+    if self.size == 0:
+        return (jnp.zeros(self.shape, self.dtype), jnp.zeros(batch + (n,), jnp.int32),
+                jnp.zeros(batch, jnp.int32))
+    W = _symmetrized(self, herm).reshape((-1, n, n))
+    LD, piv, info = jax.vmap(lambda w: _ldl_factor_one(w, herm))(W)
+    info = info.reshape(batch)
+    if check_errors:
+        context().check(jnp.all(info == 0), RuntimeError,
+                        "torch.linalg.ldl_factor_ex: Unknown error code: {}.", value=jnp.max(info))
+    return LD.reshape(self.shape), piv.reshape(batch + (n,)), info
+
+
+def _ldl_solve_one(LD, piv, B, herm):
+    """LAPACK's sytrs/hetrs (uplo 'L') for one factor: X with A X = B, applying the
+    factor's interchanges and blocks one by one as LAPACK does (L X = B forwards, then
+    D, then L^T (L^H) backwards)."""
+    n = LD.shape[-1]
+    idx = jnp.arange(n)
+
+    def conj(z):
+        return jnp.conj(z) if herm else z
+
+    # Which rows start a block: a 2 x 2 block (negative pivot) covers its row and the next.
+    def starts(second, p):
+        start = ~second
+        return start & (p < 0), start
+
+    _, first = lax.scan(starts, jnp.bool_(False), piv)
+    two = first & (piv < 0)
+
+    def swap(B, i, j):
+        perm = jnp.where(idx == i, j, jnp.where(idx == j, i, idx))
+        return B[perm]
+
+    def forward(k, B):
+        k1 = jnp.minimum(k + 1, n - 1)
+        # 1 x 1: interchange, eliminate below, divide by D[k, k].
+        B1 = swap(B, k, piv[k] - 1)
+        B1 = B1 - jnp.where(idx > k, LD[:, k], 0)[:, None] * B1[k][None, :]
+        dk = jnp.real(LD[k, k]).astype(LD.dtype) if herm else LD[k, k]
+        B1 = B1.at[k].set(B1[k] / dk)
+        # 2 x 2: interchange row k + 1, eliminate below with both columns, solve the block.
+        B2 = swap(B, k1, -piv[k] - 1)
+        below = idx > k + 1
+        B2 = B2 - jnp.where(below, LD[:, k], 0)[:, None] * B2[k][None, :]
+        B2 = B2 - jnp.where(below, LD[:, k1], 0)[:, None] * B2[k1][None, :]
+        akm1k = LD[k1, k]
+        akm1 = LD[k, k] / conj(akm1k)
+        ak = LD[k1, k1] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk = B2[k] / conj(akm1k), B2[k1] / akm1k
+        B2 = B2.at[k].set((ak * bkm1 - bk) / denom).at[k1].set((akm1 * bk - bkm1) / denom)
+        return jnp.where(first[k], jnp.where(two[k], B2, B1), B)
+
+    def backward(j, B):
+        k = n - 1 - j  # the last row of a block
+        # A block's last row: a 1 x 1 block, or the second row of a 2 x 2 one.
+        last2 = (k > 0) & two[jnp.maximum(k - 1, 0)]
+        km1 = jnp.maximum(k - 1, 0)
+        below = (idx > k)[:, None]
+        B1 = B.at[k].add(-jnp.sum(jnp.where(below, conj(LD[:, k])[:, None] * B, 0), axis=0))
+        B2 = B1.at[km1].add(-jnp.sum(jnp.where(below, conj(LD[:, km1])[:, None] * B, 0), axis=0))
+        p = jnp.where(last2, -piv[k], piv[k]) - 1
+        # The first row of a 2 x 2 block was handled with its second one.
+        active = (first[k] & ~two[k]) | last2
+        return jnp.where(active, swap(jnp.where(last2, B2, B1), k, p), B)
+
+    B = lax.fori_loop(0, n, forward, B)
+    return lax.fori_loop(0, n, backward, B)
+
+
+@lowering(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, hermitian=False):
+    """aten::linalg_ldl_solve: X with A X = B for A's LDL factor from ldl_factor (LD
+    (*, n, n), pivots (*, n)), B (*, n, k), batch dimensions broadcast; CPU's LAPACK
+    sytrs/hetrs replayed (see `_ldl_solve_one`)."""
+    herm = hermitian and jnp.iscomplexobj(LD)
+    shape = context().out().shape
+    if 0 in shape:
+        return jnp.zeros(shape, B.dtype)
+    n = LD.shape[-1]
+    batch = shape[:-2]
+    ld = jnp.broadcast_to(LD, batch + (n, n)).reshape((-1, n, n))
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + (n,)).reshape((-1, n))
+    b = jnp.broadcast_to(B, shape).reshape((-1,) + shape[-2:])
+    return jax.vmap(lambda l, p, x: _ldl_solve_one(l, p, x, herm))(ld, piv, b).reshape(shape)
+
+
+# ------------------------------------------------------------------ lstsq
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _lstsq_shapes(self, b, driver):
+    """CPU's checks of linalg_lstsq (ATen's order, its messages) and its output shapes:
+    (solution, residuals, rank, singular_values, vector_case). Residuals exist for
+    m > n and drivers other than gelsy (gelsd/gelss drop them again when a matrix is
+    rank-deficient: the host kernel decides that); rank is per matrix of the
+    unbroadcast input for every driver but gels, singular values for gelsd/gelss."""
+    if self.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if b.dim() < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if self.dtype != b.dtype:
+        raise RuntimeError("torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's "
+                           f"dtype {_scalar(dt.to_jax(self.dtype))} and other's dtype {_scalar(dt.to_jax(b.dtype))}")
+    diff = self.dim() - b.dim()
+    if not 0 <= diff <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    b_rows = b.shape[-1] if diff else b.shape[-2]
+    if self.shape[-2] != b_rows:
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-1)" if diff else
+                           "torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    driver = driver or "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    if not (self.dtype.is_floating_point or self.dtype.is_complex) or self.dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError("This function doesn't handle types other than float and double")
+    m, n = self.shape[-2:]
+    k = 1 if diff else b.shape[-1]
+    batch = tuple(torch.broadcast_shapes(self.shape[:-2], b.shape[:-1 - (not diff)]))
+    solution = batch + ((n,) if diff else (n, k))
+    residuals = batch + (k,) if m > n and driver != "gelsy" else (0,)
+    rank = tuple(self.shape[:-2]) if driver != "gels" else (0,)
+    sv = tuple(self.shape[:-2]) + (min(m, n),) if driver in ("gelsd", "gelss") else (0,)
+    return solution, residuals, rank, sv, bool(diff)
+
+
+def _lstsq_meta(self, b, rcond=None, *, driver=None):
+    shapes = _lstsq_shapes(self, b, driver)
+    real = self.real.dtype if self.dtype.is_complex else self.dtype
+    out_dtypes = (self.dtype, real, torch.int64, real)
+    return tuple(torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes))
+
+
+_meta_lib.impl("linalg_lstsq", _lstsq_meta, "Meta")  # PyTorch has none (CPU computes residuals' shape late)
+
+
+@lowering(aten.linalg_lstsq.default, static=("rcond",))
+def linalg_lstsq(self, b, rcond=None, driver=None):
+    """aten::linalg_lstsq: (solution, residuals, rank, singular_values) of
+    min ||A X - B|| for A (*, m, n), B (*, m, k) or (*, m), batch dimensions broadcast.
+    Every driver is computed from A's SVD as the minimum-norm solution with singular
+    values below rcond * s_max dropped (rcond defaults to eps * max(m, n), as on CPU):
+    gelsd/gelss are that algorithm, gelsy (complete orthogonal factorization) and
+    gels (QR/LQ) give the same solution for full-rank A. Residuals are the squared
+    norms of the last m - n rows of Q^H B (what gels leaves there), outputs a driver
+    does not produce are empty (see `_lstsq_shapes`)."""
+    ctx = context()
+    driver = driver or "gelsy"
+    m, n = self.shape[-2:]
+    vector = b.ndim == self.ndim - 1
+    B = b[..., None] if vector else b
+    batch = jnp.broadcast_shapes(self.shape[:-2], B.shape[:-2])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    k = B.shape[-1]
+    real = jnp.finfo(self.dtype).dtype
+    if rcond is None or rcond < 0:  # LAPACK: a negative rcond means machine precision
+        rcond = float(jnp.finfo(real).eps) * (max(m, n) if rcond is None else 1)
+    if min(m, n) == 0 or self.size == 0:
+        s = jnp.zeros(self.shape[:-2] + (min(m, n),), real)
+        X = jnp.zeros(batch + (n, k), self.dtype)
+        rank = jnp.zeros(self.shape[:-2], jnp.int64)
+    else:
+        u, s, vh = jnp.linalg.svd(self, full_matrices=False)
+        keep = s > rcond * s[..., :1]
+        rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+        inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(self.dtype)
+        uhb = jnp.matmul(jnp.conj(jnp.swapaxes(u, -1, -2)), B, precision=_HIGHEST)
+        X = jnp.matmul(jnp.conj(jnp.swapaxes(vh, -1, -2)), inv[..., :, None] * uhb, precision=_HIGHEST)
+    outs = [X[..., 0] if vector else X]
+    if m > n and driver != "gelsy":
+        q = jnp.linalg.qr(jnp.broadcast_to(self, batch + (m, n)), mode="complete")[0] if n else \
+            jnp.broadcast_to(jnp.eye(m, dtype=self.dtype), batch + (m, m))
+        tail = jnp.matmul(jnp.conj(jnp.swapaxes(q[..., :, n:], -1, -2)), B, precision=_HIGHEST)
+        res = jnp.sum(jnp.real(tail * jnp.conj(tail)), axis=-2).astype(real)
+        if driver == "gels":  # gels zeroes B for an empty or all-zero A (LAPACK's quick returns)
+            zero_a = jnp.all(self == 0, axis=(-2, -1)) if n else jnp.ones(self.shape[:-2], bool)
+            res = jnp.where(jnp.broadcast_to(zero_a, batch)[..., None], 0, res)
+        outs.append(res)
+    else:
+        outs.append(jnp.zeros(ctx.out(1).shape, real))
+    outs.append(rank if driver != "gels" else jnp.zeros((0,), jnp.int64))
+    outs.append(s if driver in ("gelsd", "gelss") else jnp.zeros((0,), real))
+    return tuple(outs)
+
+
+def _lstsq_host(self, b, rcond=None, *, driver=None):
+    """Eager aten::linalg_lstsq: the lowering, then for gelsd/gelss with m > n one
+    synchronization, because CPU returns residuals only when every matrix has full
+    rank n (a data-dependent shape)."""
+    solution, residuals, rank, sv = lowered(aten.linalg_lstsq.default)(self, b, rcond, driver=driver)
+    n = self.shape[-1]
+    if driver in ("gelsd", "gelss") and residuals.numel() and not bool((rank == n).all()):
+        residuals = residuals.new_empty((0,))
+    return solution, residuals, rank, sv
+
+
+def copy_out(results, outs, exact_dtype=False):
+    """`outs` (out= tensors) resized to and filled with `results`, by PyTorch's out=
+    rules (its reference wrappers'): resize when the shape differs, only safe casts
+    (or none, with `exact_dtype`), RuntimeError otherwise. For out= overloads that a
+    host kernel computes through the functional overload. Returns `outs`."""
+    from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
+
+    for out, res in zip(outs, results):
+        _maybe_resize_out(out, res.shape)
+        _safe_copy_out(copy_from=res, copy_to=out, exact_dtype=exact_dtype)
+    return outs
+
+
+def _lstsq_out_host(self, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
+    """Eager aten::linalg_lstsq.out: the functional host kernel's results copied out."""
+    return copy_out(_lstsq_host(self, b, rcond, driver=driver), (solution, residuals, rank, singular_values))
+
+
+host_kernel(aten.linalg_lstsq.default)(_lstsq_host)
+host_kernel(aten.linalg_lstsq.out)(_lstsq_out_host)
+
+
+# ------------------------------------------------------------------ eig, polar, sqrth
+def _complex_of(dtype):
+    return jnp.complex128 if jnp.dtype(dtype) in (jnp.float64, jnp.complex128) else jnp.complex64
+
+
+def _eig(A, vectors: bool):
+    """LAPACK geev through XLA:CPU (JAX's eig): eigenvalues in geev's order and
+    eigenvectors of unit norm with the largest component real, as CPU's geev gives
+    them. Non-finite input raises LinAlgError, as CPU checks before calling geev."""
+    context().check(jnp.all(jnp.isfinite(A)), torch.linalg.LinAlgError,
+                    "linalg.eig: input tensor should not contain infs or NaNs.")
+    ctype = _complex_of(A.dtype)
+    if A.size == 0:
+        return jnp.zeros(A.shape[:-1], ctype), jnp.zeros(A.shape, ctype)
+    # Non-finite matrices (already reported) would make geev fail: factor zeros instead.
+    A = jnp.where(jnp.all(jnp.isfinite(A), axis=(-2, -1), keepdims=True), A, 0)
+    if not vectors:
+        return jnp.linalg.eigvals(A).astype(ctype), None
+    w, v = jnp.linalg.eig(A)
+    return w.astype(ctype), v.astype(ctype)
+
+
+@meta_check(aten.linalg_eig.default, aten._linalg_eigvals.default)
+def _check_eig_dtype(self, *args, **kwargs):
+    """CPU's errors for dtypes geev lacks, where PyTorch's meta kernel raises KeyError
+    (no complex counterpart) or accepts half types."""
+    if self.dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f'"linalg_eig_out_cpu" not implemented for \'{_scalar(dt.to_jax(self.dtype))}\'')
+    if not (self.dtype.is_floating_point or self.dtype.is_complex):
+        raise RuntimeError(f"Unknown Complex ScalarType for {_scalar(dt.to_jax(self.dtype))}")
+
+
+@lowering(aten.linalg_eig.default)
+def linalg_eig(self):
+    """aten::linalg_eig: (eigenvalues, eigenvectors) of a general (*, n, n), complex
+    for every input dtype (see `_eig`)."""
+    return _eig(self, True)
+
+
+@lowering(aten._linalg_eigvals.default, aten.linalg_eigvals.default)
+def linalg_eigvals(self):
+    """aten::_linalg_eigvals (and linalg_eigvals, whose out= overload ATen implements
+    directly): eigenvalues of a general (*, n, n) via geev (see `_eig`)."""
+    return _eig(self, False)[0]
+
+
+@lowering(aten.linalg_householder_product.default)
+def linalg_householder_product(self, tau):
+    """aten::linalg_householder_product: the first n columns of H_1 ... H_k for the
+    Householder reflectors H_i = I - tau_i v_i v_i^H stored below the diagonal of
+    (*, m, n) (LAPACK orgqr/ungqr; XLA's householder_product, which is that on CPU)."""
+    if self.size == 0:
+        return jnp.zeros(self.shape, self.dtype)
+    k = tau.shape[-1]
+    if k < self.shape[-1]:  # XLA wants a scalar per column: the missing ones are identities
+        tau = jnp.concatenate([tau, jnp.zeros(tau.shape[:-1] + (self.shape[-1] - k,), tau.dtype)], axis=-1)
+        self = jnp.concatenate([self[..., :k], jnp.zeros(self.shape[:-1] + (self.shape[-1] - k,), self.dtype)],
+                               axis=-1)
+    return lax.linalg.householder_product(self, tau)
+
+
+@lowering(aten.linalg_matrix_sqrth.default)
+def linalg_matrix_sqrth(self):
+    """aten::linalg_matrix_sqrth: the principal square root of a symmetric (Hermitian)
+    positive-definite (*, n, n), from the eigendecomposition of its lower triangle as
+    on CPU: V diag(sqrt(max(w, 0))) V^H (negative eigenvalues of indefinite input
+    clamp to 0, as CPU's do)."""
+    if self.size == 0:
+        return jnp.zeros(self.shape, self.dtype)
+    w, v = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)
+    root = jnp.sqrt(jnp.maximum(w, 0)).astype(self.dtype)
+    return jnp.matmul(v * root[..., None, :], jnp.conj(jnp.swapaxes(v, -1, -2)), precision=_HIGHEST)
+
+
+@lowering(aten.linalg_polar.default)
+def linalg_polar(A):
+    """aten::linalg_polar: (U, H) with A = U H for (*, m, n), m >= n: U = W V^H with
+    orthonormal columns and H = V S V^H positive semi-definite, from A's thin SVD
+    A = W S V^H, CPU's algorithm."""
+    if A.size == 0:
+        ctx = context()
+        return jnp.zeros(ctx.out(0).shape, A.dtype), jnp.zeros(ctx.out(1).shape, A.dtype)
+    w, s, vh = jnp.linalg.svd(A, full_matrices=False)
+    u = jnp.matmul(w, vh, precision=_HIGHEST)
+    v = jnp.conj(jnp.swapaxes(vh, -1, -2))
+    h = jnp.matmul(v * s.astype(A.dtype)[..., None, :], vh, precision=_HIGHEST)
+    return u, h

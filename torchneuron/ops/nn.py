@@ -1,13 +1,18 @@
-"""Neural-network lowerings: softmax, losses, normalization, convolution, pooling,
-embedding, upsampling and fused scaled-dot-product attention, forward and backward.
+"""Neural-network lowerings: softmax, losses (CTC included), normalization,
+convolution, pooling, embedding, upsampling, grid sampling and fused
+scaled-dot-product attention, forward and backward.
 
 Half-precision inputs compute in float32 (`acc_type`) and round once, as ATen's CPU
 kernels do. Backward ops whose forward is a linear map of the input (convolution,
 average and adaptive pooling, upsampling) are the JAX transpose (`jax.vjp`) of the
-forward lowering; the others follow ATen's closed-form CPU formulas. Backward ops
+forward lowering, and so are grid sampling's and CTC's (whose piecewise or recursive
+forwards differentiate exactly); the others follow ATen's closed-form CPU formulas. Backward ops
 take ATen's `output_mask`: a masked-out gradient is returned as None (an undefined
 tensor), as on CPU.
 """
+
+import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +22,8 @@ from jax import lax
 
 from ..kernels import attention
 from ._common import acc_type
-from .indexing import type_name
+from .indexing import host_kernel, type_name
+from .linalg import copy_out
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -488,6 +494,39 @@ def native_batch_norm_legit(input, weight, bias, running_mean, running_var, trai
     """aten::_native_batch_norm_legit: native_batch_norm with the mutation declared."""
     out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return (out, m, s), updates
+
+
+def _bn_stats_dtype(input, *params):
+    """CPU batch norm's save_mean/save_invstd dtype: float32 for a half-type input
+    with a float32 parameter or running statistic ("mixed type"), else the input's."""
+    mixed = input.dtype in (torch.float16, torch.bfloat16) and any(
+        p is not None and p.dtype == torch.float32 for p in params)
+    return torch.float32 if mixed else input.dtype
+
+
+@host_kernel(aten._native_batch_norm_legit.out)
+def native_batch_norm_legit_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out,
+                                save_mean, save_invstd):
+    """Eager aten::_native_batch_norm_legit.out: the functional overload (which
+    updates the running statistics in place) with its results copied into the out
+    tensors; CPU requires their dtypes to match exactly, and in eval mode leaves
+    save_mean and save_invstd empty. The executor cannot derive this overload: it both
+    mutates arguments and writes out= tensors."""
+    results = aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, training,
+                                                    momentum, eps)
+    dtype = _bn_stats_dtype(input, weight, bias, running_mean, running_var)
+    stats = [r.new_empty((0,), dtype=dtype) if not training else r.to(dtype) for r in results[1:]]
+    return copy_out((results[0], *stats), (out, save_mean, save_invstd), exact_dtype=True)
+
+
+@host_kernel(aten._native_batch_norm_legit.no_stats_out)
+def native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean,
+                                         save_invstd):
+    """Eager aten::_native_batch_norm_legit.no_stats_out, like `native_batch_norm_legit_out`."""
+    results = aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    dtype = _bn_stats_dtype(input, weight, bias)
+    return copy_out((results[0], results[1].to(dtype), results[2].to(dtype)), (out, save_mean, save_invstd),
+                    exact_dtype=True)
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)
@@ -1565,3 +1604,235 @@ def replication_pad_backward(grad_output, self, padding):
     """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
     edge element collects the gradients of its copies); self's shape and dtype."""
     return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)
+
+
+# ------------------------------------------------------------------ grid_sampler_3d
+def _grid_source(coord, size: int, padding_mode: int, align_corners: bool, unnormalize: bool = True):
+    """ATen's grid_sampler_compute_source_index (GridSampler.h): a normalized grid
+    coordinate in [-1, 1] to a source index, with border clipping or reflection
+    (without `unnormalize`, only the padding: compute_coordinates)."""
+    if unnormalize:
+        coord = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+
+    def clip(c):  # std::min(size - 1, std::max(c, 0)): NaN goes to size - 1
+        return jnp.where(jnp.isnan(c), size - 1, jnp.clip(c, 0, size - 1)).astype(c.dtype)
+
+    if padding_mode == 1:
+        return clip(coord)
+    if padding_mode == 2:
+        lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        if lo2 == hi2:
+            return jnp.zeros_like(coord)
+        low, span = lo2 / 2, (hi2 - lo2) / 2
+        c = jnp.abs(coord - low)
+        extra = jnp.fmod(c, span)
+        flips = jnp.floor(c / span)
+        return clip(jnp.where(flips % 2 == 0, extra + low, span - extra + low))
+    return coord
+
+
+def _cubic_coefficients(t):
+    """ATen's get_cubic_upsample_coefficients (A = -0.75) for the four taps around t."""
+    a = -0.75
+
+    def near(x):  # cubic_convolution1, |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # cubic_convolution2, 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def _grid_sample(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+    """F.grid_sample's math as CPU's grid_sampler_2d/3d: input (N, C, *spatial) at
+    grid (N, *out, k) (x, y[, z] order, x indexing the last dim). Modes: 0 (bi/tri)
+    linear, 1 nearest (round half to even), 2 bicubic (2-D only; padding applies to
+    each of the 16 taps). Reads outside the input are 0; linear terms are summed in
+    CPU's corner order."""
+    n, c = input.shape[:2]
+    sizes = input.shape[2:]  # (H, W) or (D, H, W)
+    k = len(sizes)
+    src = jnp.moveaxis(input, 1, -1)  # (N, *spatial, C)
+    batch = jnp.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    # Coordinates in spatial order (z, y, x): grid's last axis lists them reversed.
+    raw = [grid[..., k - 1 - i] for i in range(k)]
+
+    def read(idx):
+        ok = functools.reduce(jnp.logical_and, [(v >= 0) & (v < s) for v, s in zip(idx, sizes)])
+        clipped = tuple(jnp.clip(v, 0, s - 1).astype(jnp.int32) for v, s in zip(idx, sizes))
+        return jnp.where(ok[..., None], src[(batch,) + clipped], 0)
+
+    if interpolation_mode == 2:
+        y, x = ((v + 1) / 2 * (s - 1) if align_corners else ((v + 1) * s - 1) / 2 for v, s in zip(raw, sizes))
+        y0, x0 = jnp.floor(y), jnp.floor(x)
+        cy, cx = _cubic_coefficients(y - y0), _cubic_coefficients(x - x0)
+        out = 0
+        for j in range(4):
+            row = 0
+            for i in range(4):
+                tap = [_grid_source_index(y0 - 1 + j, sizes[0], padding_mode, align_corners),
+                       _grid_source_index(x0 - 1 + i, sizes[1], padding_mode, align_corners)]
+                row = row + read(tap) * cx[i][..., None]
+            out = out + row * cy[j][..., None]
+        return jnp.moveaxis(out, -1, 1)
+    pos = [_grid_source(v, s, padding_mode, align_corners) for v, s in zip(raw, sizes)]
+    if interpolation_mode == 1:
+        out = read([jnp.where(jnp.isnan(v), -1, jnp.round(v)) for v in pos])
+    else:
+        lo = [jnp.where(jnp.isnan(v), -2, jnp.floor(v)) for v in pos]
+        out = 0
+        # CPU's order: x fastest, then y, then z (nw, ne, sw, se; then the bottom layer).
+        for corner in itertools.product((0, 1), repeat=k):
+            idx = [l + b for l, b in zip(lo, corner)]
+            weight = functools.reduce(jnp.multiply, [(v - l) if b else (l + 1 - v)
+                                                     for v, l, b in zip(pos, lo, corner)])
+            out = out + read(idx) * weight[..., None]
+    return jnp.moveaxis(out, -1, 1)
+
+
+def _grid_source_index(coord, size, padding_mode, align_corners):
+    """ATen's compute_coordinates (padding only, no unnormalization) of a bicubic tap."""
+    return _grid_source(coord, size, padding_mode, align_corners, unnormalize=False)
+
+
+def _grid_compute_type(input):
+    """The type grid sampling computes in: CPU's 2-D kernel (vectorized) rounds every
+    operation to a half input's type, its 3-D kernel computes in float32."""
+    return input.dtype if input.ndim == 4 else acc_type(input.dtype)
+
+
+@lowering(aten.grid_sampler_3d.default, aten.grid_sampler_2d.default)
+def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    """aten::grid_sampler_3d and grid_sampler_2d (F.grid_sample): see `_grid_sample`,
+    in CPU's compute type (`_grid_compute_type`)."""
+    t = _grid_compute_type(input)
+    out = _grid_sample(input.astype(t), grid.astype(t), interpolation_mode, padding_mode, align_corners)
+    return out.astype(input.dtype)
+
+
+@lowering(aten.grid_sampler_3d_backward.default, aten.grid_sampler_2d_backward.default)
+def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    """aten::grid_sampler_3d_backward and grid_sampler_2d_backward: (grad_input,
+    grad_grid), the JAX transpose of `_grid_sample` in CPU's compute type (the same
+    piecewise derivative as CPU's kernels; nearest sampling gives a zero grid
+    gradient, as on CPU)."""
+    t = _grid_compute_type(input)
+    _, vjp = jax.vjp(lambda i, g: _grid_sample(i, g, interpolation_mode, padding_mode, align_corners),
+                     input.astype(t), grid.astype(t))
+    gi, gg = vjp(grad_output.astype(t))
+    return gi.astype(input.dtype), gg.astype(grid.dtype)
+
+
+# ------------------------------------------------------------------ CTC loss
+def _ctc_check(log_probs, targets, input_lengths, target_lengths, blank):
+    """CPU's checks of _ctc_loss's arguments (ctc_loss_allocate_outputs); the lengths
+    are static lists, so these run at trace time."""
+    t_max, batch, num_labels = log_probs.shape
+    if not 0 <= blank < num_labels:
+        raise RuntimeError("blank must be in label range")
+    if len(input_lengths) != batch:
+        raise RuntimeError("input_lengths must be of size batch_size")
+    if len(target_lengths) != batch:
+        raise RuntimeError("target_lengths must be of size batch_size")
+    where = " (while checking arguments for ctc_loss_allocate_outputs)"
+    max_target = max(target_lengths, default=0)
+    if targets.ndim != 1 and targets.shape[1] < max_target:
+        raise RuntimeError(f"Expected tensor to have size at least {max_target} at dimension 1, but got size "
+                           f"{targets.shape[1]} for argument #2 'targets'{where}")
+    for n in input_lengths:
+        if n > t_max or n < 0:
+            bound = f"at most {t_max}" if n > t_max else "at least 0"
+            raise RuntimeError(f"Expected input_lengths to have value {bound}, but got value {n}{where}")
+    for n in target_lengths:
+        if n < 0:
+            raise RuntimeError(f"Expected target_lengths to have value at least 0, but got value {n}{where}")
+
+
+def _log_sum_exp(*terms):
+    """CPU's log(sum exp(x - m)) + m with m the maximum (0 when all are -inf), written
+    so that its JAX derivative is 0, not NaN, where every term is -inf."""
+    m = functools.reduce(jnp.maximum, terms)
+    m = jnp.where(m == -jnp.inf, 0, m)
+    total = sum(jnp.exp(x - m) for x in terms)
+    return jnp.where(total > 0, jnp.log(jnp.where(total > 0, total, 1)), -jnp.inf) + m
+
+
+def _ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank):
+    """(neg_log_likelihood (N,), log_alpha (N, T, 2 S + 1)) by CPU's recursion (Graves
+    et al. eq. 6-8, logsumexp with the maximum pulled out, -inf - -inf avoided).
+    Entries CPU leaves unwritten (t >= input length, s > 2 target length) are -inf."""
+    t_max, batch, _ = log_probs.shape
+    s_max = max(target_lengths, default=0)
+    width = 2 * s_max + 1
+    dtype = log_probs.dtype
+    neginf = jnp.asarray(-jnp.inf, dtype)
+    # Per sample, the padded target (2-D targets) or its slice of the concatenation (1-D).
+    rows, start = [], 0
+    for b, n in enumerate(target_lengths):
+        row = targets[b, :n] if targets.ndim == 2 else targets[start:start + n]
+        start += n
+        rows.append(jnp.pad(row.astype(jnp.int32), (0, s_max - n), constant_values=blank))
+    tg = jnp.stack(rows) if rows else jnp.zeros((0, s_max), jnp.int32)
+    ext = jnp.full((batch, width), blank, jnp.int32).at[:, 1::2].set(tg)  # l': blank, t1, blank, t2, ...
+    s = jnp.arange(width)
+    tl = jnp.asarray(target_lengths, jnp.int32).reshape(batch)
+    il = jnp.asarray(input_lengths, jnp.int32).reshape(batch)
+    valid_s = s[None, :] < (2 * tl + 1)[:, None]
+    skip_ok = (s[None, :] > 1) & (ext != jnp.roll(ext, 2, axis=1))
+    lp = jnp.moveaxis(log_probs, 1, 0)  # (N, T, C)
+    emit = jnp.take_along_axis(lp, jnp.broadcast_to(ext[:, None, :], (batch, t_max, width)), axis=2)  # (N, T, W)
+    first = jnp.where((s[None, :] == 0) | ((s[None, :] == 1) & (tl[:, None] > 0)), emit[:, 0], neginf)
+
+    def step(alpha, t):
+        la1 = alpha
+        la2 = jnp.where(s[None, :] > 0, jnp.roll(alpha, 1, axis=1), neginf)
+        la3 = jnp.where(skip_ok, jnp.roll(alpha, 2, axis=1), neginf)
+        new = _log_sum_exp(la1, la2, la3) + emit[:, t]
+        new = jnp.where(valid_s & (t < il)[:, None], new, neginf)
+        return new, new
+
+    if t_max > 1:
+        _, rest = lax.scan(step, first, jnp.arange(1, t_max))
+        log_alpha = jnp.concatenate([first[:, None], jnp.moveaxis(rest, 0, 1)], axis=1)
+    else:
+        log_alpha = first[:, None]
+    last = jnp.take_along_axis(log_alpha, jnp.maximum(il - 1, 0)[:, None, None], axis=1)[:, 0]  # (N, W)
+    l1 = jnp.take_along_axis(last, (2 * tl)[:, None], axis=1)[:, 0]
+    l2 = jnp.take_along_axis(last, jnp.maximum(2 * tl - 1, 0)[:, None], axis=1)[:, 0]
+    ll = jnp.where(tl == 0, last[:, 0], _log_sum_exp(l1, l2))
+    ll = jnp.where(il == 0, jnp.where(tl == 0, 0, neginf), ll)
+    return -ll, log_alpha
+
+
+@lowering(aten._ctc_loss.default)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """aten::_ctc_loss: (neg_log_likelihood (N,), log_alpha (N, T, 2 S + 1)) of
+    log_probs (T, N, C) with padded (N, S) or concatenated targets and static
+    lengths, by CPU's alpha recursion (see `_ctc_alpha`); zero_infinity is applied
+    by the ctc_loss wrapper, not here (as on CPU)."""
+    _ctc_check(log_probs, targets, input_lengths, target_lengths, blank)
+    return _ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank)
+
+
+_meta_lib = torch.library.Library("aten", "IMPL")
+# PyTorch has no meta kernel for it: the gradient has log_probs' shape and layout.
+_meta_lib.impl("_ctc_loss_backward", lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs), "Meta")
+
+
+@lowering(aten._ctc_loss_backward.default)
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank,
+                      zero_infinity=False):
+    """aten::_ctc_loss_backward: CPU's gradient, which is for the logits of a
+    log_softmax (exp(lp) - exp(log(alpha beta) + nll - lp)) times grad: here the JAX
+    transpose of `_ctc_alpha`'s likelihood (the second term) plus exp(lp) * grad, zero
+    after each input length; for infinite losses NaN as on CPU, or zero with
+    zero_infinity."""
+    il = jnp.asarray(input_lengths, jnp.int32).reshape(-1)
+    nll, vjp = jax.vjp(lambda lp: _ctc_alpha(lp, targets, input_lengths, target_lengths, blank)[0], log_probs)
+    g = grad.astype(log_probs.dtype)
+    out = vjp(g)[0] + jnp.exp(log_probs) * g[None, :, None]
+    live = jnp.arange(log_probs.shape[0])[:, None] < il[None, :]
+    # No alignment (infinite loss): CPU's formula gives exp(-inf + inf) = NaN throughout.
+    out = jnp.where(jnp.isinf(nll)[None, :, None], 0 if zero_infinity else jnp.nan, out)
+    return jnp.where(live[..., None], out, 0).astype(log_probs.dtype)

@@ -1,5 +1,6 @@
 """Reduction, scan and sort lowerings: sum/mean/prod, extrema and their indices,
-variance, norms, any/all, cumulative ops, sort/topk and order statistics.
+variance, norms, any/all, cumulative ops, sort/topk and order statistics, histograms
+with bin counts, and segment reductions.
 
 Shapes, output dtypes and most errors for bad arguments (bad dims, empty reductions
 without an identity) come from PyTorch's meta kernels before a lowering runs; the
@@ -9,15 +10,19 @@ keepdim and reshapes to the output shape PyTorch computed.
 Half types accumulate in float32 and round once, as ATen's CPU kernels do. Floating
 extrema propagate NaN; sorts order NaN after +inf (before it when descending).
 """
+import builtins
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
+from ..runtime import dtypes as dt
 from ._common import acc_type, convert, is_float
 from .indexing import not_implemented
-from .registry import context, lowering
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -654,3 +659,254 @@ def hash_tensor(self, dim=(), keepdim=False, mode=0):
     dims = tuple(range(self.ndim)) if not dim else tuple(canonicalize_dim(self.ndim, d) for d in dim)
     out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, dims)
     return jnp.expand_dims(out, dims) if keepdim else out
+# ------------------------------------------------------------------ histogram, histogramdd
+def _histogramdd_check(self, bins, range, weight, name="torch.histogramdd"):
+    """CPU's argument checks of histogram/histogramdd with bin counts (ATen's
+    histogramdd_check_inputs and select_outer_bin_edges), for the meta kernels: the
+    input as (N, D) samples, D = its last dimension."""
+    if self.dtype not in (torch.float32, torch.float64):
+        raise not_implemented("histogramdd", dt.to_jax(self.dtype))
+    if self.dim() < 2:
+        raise RuntimeError("torch.histogramdd: input tensor should have at least 2 dimensions")
+    d = self.shape[-1]
+    if len(bins) != d:
+        raise RuntimeError("histogramdd: The size of bins must be equal to the innermost dimension of the input.")
+    for i, b in enumerate(bins):
+        if b <= 0:
+            raise RuntimeError(f"{name}(): bins must be > 0, but got {b} for dimension {i}")
+    if weight is not None:
+        if tuple(weight.shape) != tuple(self.shape[:-1]):
+            raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
+                               "input tensor excluding its innermost dimension, but got input with shape "
+                               f"{tuple(self.shape)} and weight with shape {tuple(weight.shape)}")
+        if weight.dtype != self.dtype:
+            raise RuntimeError("torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should "
+                               f"have the same dtype, but got input({self.dtype}), and weight({weight.dtype})")
+    if range is not None:
+        if len(range) != 2 * d:
+            raise RuntimeError(f"torch.histogramdd: for a {d}-dimensional histogram range should have {2 * d} "
+                               f"elements, but got {len(range)}")
+        for i in builtins.range(d):
+            lo, hi = range[2 * i], range[2 * i + 1]
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                raise RuntimeError(f"torch.histogramdd: dimension {i}'s range [{lo}, {hi}] is not finite")
+            if lo > hi:
+                raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {lo} max {hi} for "
+                                   f"dimension {i}")
+
+
+
+def _linspace(start, end, steps: int, dtype):
+    """ATen's CPU linspace from traced float64 bounds into float32/float64: the bounds
+    and the step in the output dtype, the first half counted up from `start`, the
+    second half down from `end` (factory.linspace, for bounds known only on the device)."""
+    s, e = start.astype(dtype), end.astype(dtype)
+    step = (e - s) / jnp.asarray(steps - 1, dtype)
+    i = lax.iota(jnp.float64, steps)
+    s, e, step = s.astype(jnp.float64), e.astype(jnp.float64), step.astype(jnp.float64)
+    return jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i)).astype(dtype)
+
+
+def _histogramdd(x, bins, range, weight, density, name):
+    """(hist, [edges per dimension]) of samples x (N, D) in equal-width bins, as CPU's
+    histogramdd with bin counts: edges span `range` or the data's [min, max] (widened
+    by 0.5 each side when empty; [0, 1] without samples), linspace'd in x's dtype; a
+    sample outside the edges, or NaN, is not counted; the last bin includes its right
+    edge; a sample's bin is the last edge <= it (CPU's interpolation with local search)."""
+    n, d = x.shape
+    edges = []
+    for i in builtins.range(d):
+        if range is not None:
+            lo, hi = jnp.float64(range[2 * i]), jnp.float64(range[2 * i + 1])
+        elif n:
+            lo, hi = jnp.min(x[:, i]).astype(jnp.float64), jnp.max(x[:, i]).astype(jnp.float64)
+            context().check(jnp.isfinite(lo) & jnp.isfinite(hi), RuntimeError,
+                            f"{name}: dimension {i}'s range is not finite")
+        else:
+            lo, hi = jnp.float64(0), jnp.float64(1)
+        same = lo == hi
+        lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
+        edges.append(_linspace(lo, hi, bins[i] + 1, x.dtype))
+    flat = jnp.zeros((n,), jnp.int64)
+    inside = jnp.ones((n,), bool)
+    for i, e in enumerate(edges):
+        v = x[:, i]
+        inside = inside & (v >= e[0]) & (v <= e[-1])
+        pos = jnp.minimum(jnp.searchsorted(e, v, side="right") - 1, bins[i] - 1)
+        flat = flat * bins[i] + jnp.clip(pos, 0, bins[i] - 1)
+    total = int(np.prod(bins))
+    w = jnp.ones((n,), x.dtype) if weight is None else weight.reshape(-1).astype(x.dtype)
+    hist = jnp.zeros((total + 1,), x.dtype).at[jnp.where(inside, flat, total)].add(w)[:total]
+    hist = hist.reshape(tuple(bins))
+    if density:
+        hist = hist / jnp.sum(hist)
+        for i, e in enumerate(edges):
+            shape = [1] * d
+            shape[i] = bins[i]
+            hist = hist / jnp.diff(e).reshape(shape)
+    return hist, edges
+
+
+def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False):
+    _histogramdd_check(self.reshape(-1, 1), [bins], range, weight.reshape(-1) if weight is not None else None,
+                       "torch.histogram")
+    return self.new_empty((bins,)), self.new_empty((bins + 1,))
+
+
+def _histogramdd_bin_edges_meta(self, bins, *, range=None, weight=None, density=False):
+    _histogramdd_check(self, bins, range, weight)
+    return [self.new_empty((b + 1,)) for b in bins]
+
+
+def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, density=False):
+    _histogramdd_check(self, bins, range, weight)
+    return self.new_empty(tuple(bins))
+
+
+_meta_lib.impl("histogram.bin_ct", _histogram_meta, "Meta")
+_meta_lib.impl("_histogramdd_bin_edges", _histogramdd_bin_edges_meta, "Meta")
+_meta_lib.impl("_histogramdd_from_bin_cts", _histogramdd_from_bin_cts_meta, "Meta")
+
+
+@lowering(aten.histogram.bin_ct, static=("range",))
+def histogram(self, bins=100, range=None, weight=None, density=False):
+    """aten::histogram.bin_ct: (hist (bins,), bin_edges (bins + 1,)) of all of self's
+    elements (see `_histogramdd`); the bin count is static, so no synchronization."""
+    hist, edges = _histogramdd(self.reshape(-1, 1), [bins], range, weight, density, "torch.histogram")
+    return hist, edges[0]
+
+
+@lowering(aten._histogramdd_bin_edges.default, static=("range",))
+def histogramdd_bin_edges(self, bins, range=None, weight=None, density=False):
+    """aten::_histogramdd_bin_edges (torch.histogramdd's edges): one edge tensor per
+    dimension of the samples (*, D) (see `_histogramdd`)."""
+    x = self.reshape(-1, self.shape[-1])
+    return _histogramdd(x, list(bins), range, None, False, "torch.histogramdd")[1]
+
+
+@lowering(aten._histogramdd_from_bin_cts.default, static=("range",))
+def histogramdd_from_bin_cts(self, bins, range=None, weight=None, density=False):
+    """aten::_histogramdd_from_bin_cts (torch.histogramdd's counts): the D-dimensional
+    histogram of samples (*, D) (see `_histogramdd`)."""
+    x = self.reshape(-1, self.shape[-1])
+    return _histogramdd(x, list(bins), range, weight, density, "torch.histogramdd")[0]
+
+
+# ------------------------------------------------------------------ segment_reduce
+_SEGMENT_OPS = {"sum": jax.ops.segment_sum, "mean": jax.ops.segment_sum, "prod": jax.ops.segment_prod,
+                "max": jax.ops.segment_max, "amax": jax.ops.segment_max, "min": jax.ops.segment_min,
+                "amin": jax.ops.segment_min}
+
+
+def _segments(data, lengths, offsets, axis, unsafe):
+    """(data as (P, L, Q), segment id per (lane, position) (P, L) with S for
+    positions in no segment, lengths (P, S)) for segment_reduce's layout: segments
+    along `axis`, one row of lengths (or offsets) per index of the dims before it."""
+    ctx = context()
+    pre, L, post = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    p, q = int(np.prod(pre)), int(np.prod(post))
+    if offsets is not None:
+        offs = offsets.reshape(p, -1).astype(jnp.int64)
+        starts, lens = offs[:, :-1], jnp.diff(offs, axis=-1)
+        first = offs[:, :1]
+    else:
+        lens = lengths.reshape(p, -1).astype(jnp.int64)
+        starts = jnp.cumsum(lens, axis=-1) - lens
+        first = jnp.zeros((p, 1), jnp.int64)
+        if not unsafe:
+            ctx.check(jnp.all(jnp.sum(lens, axis=-1) == L), RuntimeError,
+                      "segment_reduce(): Expected all rows of lengths along axis to sum to data.size(lengths.dim()-1) "
+                      "when !unsafe.")
+    ctx.check(jnp.all(lens >= 0), RuntimeError, "lengths contains negative value!")
+    s = lens.shape[-1]
+    pos = jnp.arange(L)
+    ends = starts + lens
+    ids = jax.vmap(lambda e: jnp.searchsorted(e, pos, side="right"))(ends)
+    ids = jnp.where(pos[None, :] >= first, ids, s)
+    return data.reshape(p, L, q), ids, lens, s
+
+
+@meta_check(aten.segment_reduce.default)
+def _check_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
+                          initial=None):
+    """CPU's argument errors, which PyTorch's meta kernel lacks or raises as other
+    types (IndexError for an axis lengths lacks, NotImplementedError for indices)."""
+    if reduce not in _SEGMENT_OPS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    bounds = lengths if lengths is not None else offsets
+    if bounds is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    axis = canonicalize_dim(data.dim(), axis)
+    name = "lengths" if lengths is not None else "offsets"
+    if axis != bounds.dim() - 1:
+        raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {name} but got {axis}.")
+    if bounds.dtype.is_floating_point or bounds.dtype.is_complex or bounds.dtype == torch.bool:
+        raise not_implemented(f"_segment_reduce_{name}_cpu_kernel1", dt.to_jax(bounds.dtype))
+
+
+@lowering(aten.segment_reduce.default, static=("initial",))
+def segment_reduce(data, reduce, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """aten::segment_reduce: `reduce` (sum, mean, prod, max, min) over consecutive
+    segments along `axis` given by `lengths` or `offsets` (one row per index of the
+    leading dims). Empty segments give `initial` or the reduction's identity (mean:
+    NaN); `initial` also joins every non-empty segment, as in CPU's kernel (mean:
+    (initial + sum) / length). Negative lengths, and lengths not summing to the axis
+    size unless `unsafe`, raise RuntimeError on the device."""
+    axis = canonicalize_dim(data.ndim, axis)
+    x, ids, lens, s = _segments(data, lengths, offsets, axis, unsafe)
+    out = jax.vmap(lambda v, i: _SEGMENT_OPS[reduce](v, i, num_segments=s))(x, ids)  # (P, S, Q)
+    if initial is not None:
+        init = jnp.asarray(initial, data.dtype)
+        out = {"sum": lambda: out + init, "mean": lambda: out + init, "prod": lambda: out * init,
+               "max": lambda: jnp.maximum(out, init), "amax": lambda: jnp.maximum(out, init),
+               "min": lambda: jnp.minimum(out, init), "amin": lambda: jnp.minimum(out, init)}[reduce]()
+    if reduce == "mean":
+        n = lens[..., None].astype(data.dtype)
+        empty = jnp.asarray(jnp.nan if initial is None else initial, data.dtype)
+        out = jnp.where(lens[..., None] > 0, out / jnp.where(n > 0, n, 1), empty)
+    return out.reshape(data.shape[:axis] + (s,) + data.shape[axis + 1:])
+
+
+@lowering(aten._segment_reduce_backward.default, static=("initial",))
+def segment_reduce_backward(grad, output, data, reduce, lengths=None, offsets=None, axis=0, initial=None):
+    """aten::_segment_reduce_backward: the gradient of segment_reduce for `data`, by
+    CPU's rules: sum passes the segment's gradient, mean divides it by the length,
+    max/min give it to every element equal to the result (or NaN), divided among them
+    where positive (CPU's kernel's quirk); prod gives grad * output / x, or for a zero
+    or NaN x the product of the segment's other elements (and `initial`) times grad."""
+    axis = canonicalize_dim(data.ndim, axis)
+    x, ids, lens, s = _segments(data, lengths, offsets, axis, True)
+    p, L, q = x.shape
+    inside = (ids < s)[..., None]
+    idx = jnp.minimum(ids, max(s - 1, 0))
+
+    def per_position(seg):  # (P, S, Q) -> (P, L, Q), the value of each position's segment
+        seg = seg.reshape(p, s, q)
+        return jnp.take_along_axis(seg, idx[..., None], axis=1) if s else jnp.zeros((p, L, q), seg.dtype)
+
+    def segment_sum(v):
+        return jax.vmap(lambda a, i: jax.ops.segment_sum(a, i, num_segments=s))(v, ids)
+
+    g = per_position(grad)
+    if reduce in ("sum", "mean"):
+        gi = g
+        if reduce == "mean":
+            gi = g / per_position(jnp.broadcast_to(lens[..., None], (p, s, q))).astype(g.dtype)
+    elif reduce in ("max", "min", "amax", "amin"):
+        hit = (jnp.isnan(x) | (x == per_position(output))) & inside
+        gi = jnp.where(hit, g, 0)
+        counter = per_position(segment_sum(hit.astype(jnp.int64)))
+        gi = jnp.where((counter >= 2) & (gi > 0), gi / counter.astype(g.dtype), gi)
+    else:  # prod
+        bad = (jnp.isnan(x) | (x == 0)) & inside
+        good_prod = per_position(jax.vmap(lambda a, i: jax.ops.segment_prod(a, i, num_segments=s))(
+            jnp.where(bad, 1, x), ids))
+        others_bad = per_position(segment_sum(bad.astype(jnp.int64))) - bad
+        others_nan = per_position(segment_sum((jnp.isnan(x) & inside).astype(jnp.int64))) - jnp.isnan(x)
+        rest = jnp.where(others_bad == 0, 1, jnp.where(others_nan > 0, jnp.nan, 0)).astype(x.dtype)
+        exclusive = good_prod * rest * (1 if initial is None else jnp.asarray(initial, x.dtype))
+        gi = jnp.where(bad, g * exclusive, g * per_position(output) / jnp.where(bad, 1, x))
+    gi = jnp.where(inside, gi, 0).astype(data.dtype)
+    return gi.reshape(data.shape)
