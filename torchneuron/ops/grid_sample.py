@@ -1,4 +1,4 @@
-"""Grid sampling lowerings: `aten::grid_sampler_2d` and its backward.
+"""Grid sampling lowerings: `aten::grid_sampler_2d`, `aten::grid_sampler_3d` and their backwards.
 
 The sampler follows ATen's vectorized CPU kernel (ATen/native/cpu/GridSamplerKernel.cpp,
 ``ApplyGridSample`` and ``ComputeLocation``): grid coordinates are unnormalized to pixel
@@ -10,8 +10,8 @@ differ from a float32 computation in up to half the elements), so the forward re
 those roundings in CPU's order of operations (`half_rounding`) and equals CPU's.
 
 The helpers below take any number of spatial dimensions (coordinates are listed
-outermost first, e.g. (y, x); the grid's last axis lists them innermost first), so a
-3-d sampler can share them; bicubic is 2-d only, as in ATen.
+outermost first, e.g. (y, x); the grid's last axis lists them innermost first): the
+3-d sampler shares them; bicubic is 2-d only, as in ATen.
 
 The backward is the JAX transpose (`jax.vjp`) of the forward. The padding functions are
 written with `where` rather than clip/abs so that their derivatives equal ATen's
@@ -209,15 +209,23 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     return _forward(input, grid, interpolation_mode, padding_mode, align_corners, r).astype(input.dtype)
 
 
-@lowering(aten.grid_sampler_2d_backward.default)
-def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-                             output_mask):
-    """`aten::grid_sampler_2d_backward`: (grad_input, grad_grid), the transpose of the
-    forward lowering; grad_input is None (undefined) when output_mask[0] is false, as on
-    CPU. Half types compute in float32 and round once: CPU's half kernel also
-    scatter-adds into grad_input in the half type in its loop order, which a parallel
-    scatter cannot replay (listed in coverage/expected.py, with CPU's far larger error
-    against float64)."""
+@lowering(aten.grid_sampler_3d.default)
+def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """`aten::grid_sampler_3d` (`F.grid_sample` on 5-d input): ATen's 3-d CPU kernel,
+    which computes half types in float32 and rounds once (bilinear means trilinear;
+    bicubic raises, as on CPU)."""
+    return _forward(input, grid, interpolation_mode, padding_mode, align_corners).astype(input.dtype)
+
+
+@lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+                          output_mask):
+    """`aten::grid_sampler_2d_backward` and `grid_sampler_3d_backward`: (grad_input,
+    grad_grid), the transpose of the forward; grad_input is None (undefined) when
+    output_mask[0] is false, as on CPU. Half types compute in float32 and round once:
+    CPU's 2-d half kernel also scatter-adds into grad_input in the half type in its loop
+    order, which a parallel scatter cannot replay (listed in coverage/expected.py, with
+    CPU's far larger error against float64)."""
     c = acc_type(input.dtype)
     _, vjp = jax.vjp(lambda x, g: _forward(x, g, interpolation_mode, padding_mode, align_corners),
                      input.astype(c), grid.astype(c))

@@ -12,7 +12,6 @@ tensor), as on CPU.
 """
 
 import functools
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -1604,124 +1603,6 @@ def replication_pad_backward(grad_output, self, padding):
     """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
     edge element collects the gradients of its copies); self's shape and dtype."""
     return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)
-
-
-# ------------------------------------------------------------------ grid_sampler_3d
-def _grid_source(coord, size: int, padding_mode: int, align_corners: bool, unnormalize: bool = True):
-    """ATen's grid_sampler_compute_source_index (GridSampler.h): a normalized grid
-    coordinate in [-1, 1] to a source index, with border clipping or reflection
-    (without `unnormalize`, only the padding: compute_coordinates)."""
-    if unnormalize:
-        coord = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
-
-    def clip(c):  # std::min(size - 1, std::max(c, 0)): NaN goes to size - 1
-        return jnp.where(jnp.isnan(c), size - 1, jnp.clip(c, 0, size - 1)).astype(c.dtype)
-
-    if padding_mode == 1:
-        return clip(coord)
-    if padding_mode == 2:
-        lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
-        if lo2 == hi2:
-            return jnp.zeros_like(coord)
-        low, span = lo2 / 2, (hi2 - lo2) / 2
-        c = jnp.abs(coord - low)
-        extra = jnp.fmod(c, span)
-        flips = jnp.floor(c / span)
-        return clip(jnp.where(flips % 2 == 0, extra + low, span - extra + low))
-    return coord
-
-
-def _cubic_coefficients(t):
-    """ATen's get_cubic_upsample_coefficients (A = -0.75) for the four taps around t."""
-    a = -0.75
-
-    def near(x):  # cubic_convolution1, |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):  # cubic_convolution2, 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return far(t + 1), near(t), near(1 - t), far(2 - t)
-
-
-def _grid_sample(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
-    """F.grid_sample's math as CPU's grid_sampler_2d/3d: input (N, C, *spatial) at
-    grid (N, *out, k) (x, y[, z] order, x indexing the last dim). Modes: 0 (bi/tri)
-    linear, 1 nearest (round half to even), 2 bicubic (2-D only; padding applies to
-    each of the 16 taps). Reads outside the input are 0; linear terms are summed in
-    CPU's corner order."""
-    n, c = input.shape[:2]
-    sizes = input.shape[2:]  # (H, W) or (D, H, W)
-    k = len(sizes)
-    src = jnp.moveaxis(input, 1, -1)  # (N, *spatial, C)
-    batch = jnp.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
-    # Coordinates in spatial order (z, y, x): grid's last axis lists them reversed.
-    raw = [grid[..., k - 1 - i] for i in range(k)]
-
-    def read(idx):
-        ok = functools.reduce(jnp.logical_and, [(v >= 0) & (v < s) for v, s in zip(idx, sizes)])
-        clipped = tuple(jnp.clip(v, 0, s - 1).astype(jnp.int32) for v, s in zip(idx, sizes))
-        return jnp.where(ok[..., None], src[(batch,) + clipped], 0)
-
-    if interpolation_mode == 2:
-        y, x = ((v + 1) / 2 * (s - 1) if align_corners else ((v + 1) * s - 1) / 2 for v, s in zip(raw, sizes))
-        y0, x0 = jnp.floor(y), jnp.floor(x)
-        cy, cx = _cubic_coefficients(y - y0), _cubic_coefficients(x - x0)
-        out = 0
-        for j in range(4):
-            row = 0
-            for i in range(4):
-                tap = [_grid_source_index(y0 - 1 + j, sizes[0], padding_mode, align_corners),
-                       _grid_source_index(x0 - 1 + i, sizes[1], padding_mode, align_corners)]
-                row = row + read(tap) * cx[i][..., None]
-            out = out + row * cy[j][..., None]
-        return jnp.moveaxis(out, -1, 1)
-    pos = [_grid_source(v, s, padding_mode, align_corners) for v, s in zip(raw, sizes)]
-    if interpolation_mode == 1:
-        out = read([jnp.where(jnp.isnan(v), -1, jnp.round(v)) for v in pos])
-    else:
-        lo = [jnp.where(jnp.isnan(v), -2, jnp.floor(v)) for v in pos]
-        out = 0
-        # CPU's order: x fastest, then y, then z (nw, ne, sw, se; then the bottom layer).
-        for corner in itertools.product((0, 1), repeat=k):
-            idx = [l + b for l, b in zip(lo, corner)]
-            weight = functools.reduce(jnp.multiply, [(v - l) if b else (l + 1 - v)
-                                                     for v, l, b in zip(pos, lo, corner)])
-            out = out + read(idx) * weight[..., None]
-    return jnp.moveaxis(out, -1, 1)
-
-
-def _grid_source_index(coord, size, padding_mode, align_corners):
-    """ATen's compute_coordinates (padding only, no unnormalization) of a bicubic tap."""
-    return _grid_source(coord, size, padding_mode, align_corners, unnormalize=False)
-
-
-def _grid_compute_type(input):
-    """The type grid sampling computes in: CPU's 2-D kernel (vectorized) rounds every
-    operation to a half input's type, its 3-D kernel computes in float32."""
-    return input.dtype if input.ndim == 4 else acc_type(input.dtype)
-
-
-@lowering(aten.grid_sampler_3d.default, aten.grid_sampler_2d.default)
-def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
-    """aten::grid_sampler_3d and grid_sampler_2d (F.grid_sample): see `_grid_sample`,
-    in CPU's compute type (`_grid_compute_type`)."""
-    t = _grid_compute_type(input)
-    out = _grid_sample(input.astype(t), grid.astype(t), interpolation_mode, padding_mode, align_corners)
-    return out.astype(input.dtype)
-
-
-@lowering(aten.grid_sampler_3d_backward.default, aten.grid_sampler_2d_backward.default)
-def grid_sampler_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    """aten::grid_sampler_3d_backward and grid_sampler_2d_backward: (grad_input,
-    grad_grid), the JAX transpose of `_grid_sample` in CPU's compute type (the same
-    piecewise derivative as CPU's kernels; nearest sampling gives a zero grid
-    gradient, as on CPU)."""
-    t = _grid_compute_type(input)
-    _, vjp = jax.vjp(lambda i, g: _grid_sample(i, g, interpolation_mode, padding_mode, align_corners),
-                     input.astype(t), grid.astype(t))
-    gi, gg = vjp(grad_output.astype(t))
-    return gi.astype(input.dtype), gg.astype(grid.dtype)
 
 
 # ------------------------------------------------------------------ CTC loss
