@@ -67,3 +67,11 @@ def test_report_totals_and_markdown():
     md = report.markdown(rep)
     assert "Cases run per check (run of planned): opinfo forward 2 of 3." in md
     assert "1/2 (50.0%)" in md and "| histc | forward | float32 | fail | CPU fallback: aten.histc.default |" in md
+
+
+def test_rates_of_a_check_with_no_passing_pair():
+    from torchneuron.coverage import report
+
+    rates = report._rates([{"check": "out", "status": "failing", "verdict": "fail"}])
+    assert rates["out"]["pass_no_fallback"] == 0 and rates["out"]["pass_rate"] == 0.0
+    assert report._pct(rates["out"]) == "0/1 (0.0%)"

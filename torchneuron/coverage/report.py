@@ -54,7 +54,9 @@ def _rates(records: List[dict]) -> Dict[str, dict]:
         t[rec["verdict"]] += 1
     out = {}
     for check, t in sorted(totals.items()):
-        out[check] = dict(t, pass_rate=round(t["pass_no_fallback"] / t["pairs"], 4) if t["pairs"] else None)
+        # (Counter reads a missing count as 0: a check with no passing pair still has one.)
+        out[check] = dict(t, pass_no_fallback=t["pass_no_fallback"],
+                          pass_rate=round(t["pass_no_fallback"] / t["pairs"], 4) if t["pairs"] else None)
     return out
 
 
