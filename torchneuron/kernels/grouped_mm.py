@@ -26,7 +26,7 @@ from jax import lax
 from torch._decomp import meta_table
 from torch._meta_registrations import _create_grouped_mm_output_tensor
 
-from ..ops.registry import context, lowering
+from ..ops.registry import context, lowering, meta_kernel
 
 aten = torch.ops.aten
 _HIGHEST = lax.Precision.HIGHEST
@@ -96,7 +96,4 @@ def _meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, mat_a.dtype)
 
 
-meta_table[aten._grouped_mm.default] = _meta
-aten._grouped_mm.default.py_kernels[torch._C.DispatchKey.Meta] = _meta
-_meta_lib = torch.library.Library("aten", "IMPL")
-_meta_lib.impl("_grouped_mm", _meta, "Meta")
+meta_kernel(aten._grouped_mm.default)(_meta)

@@ -19,7 +19,7 @@ from jax import lax
 from ..runtime import dtypes as dt
 from ._common import acc_type
 from .indexing import host_kernel, lowered
-from .registry import context, lowering, meta_check
+from .registry import context, lowering, meta_check, meta_impl
 
 aten = torch.ops.aten
 
@@ -527,8 +527,7 @@ def _geqrf_meta(self):
     return a, torch.empty(*batch, min(m, n), dtype=self.dtype, device="meta")
 
 
-_meta_lib = torch.library.Library("aten", "IMPL")
-_meta_lib.impl("geqrf", _geqrf_meta, "Meta")  # PyTorch has no meta kernel for it
+meta_impl("geqrf", _geqrf_meta)  # PyTorch has no meta kernel for it
 
 
 @lowering(aten.geqrf.default)
@@ -811,7 +810,7 @@ def _lstsq_meta(self, b, rcond=None, *, driver=None):
     return tuple(torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes))
 
 
-_meta_lib.impl("linalg_lstsq", _lstsq_meta, "Meta")  # PyTorch has none (CPU computes residuals' shape late)
+meta_impl("linalg_lstsq", _lstsq_meta)  # PyTorch has none (CPU computes residuals' shape late)
 
 
 @lowering(aten.linalg_lstsq.default, static=("rcond",))

@@ -23,7 +23,7 @@ from ..kernels import attention
 from ._common import acc_type
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
-from .registry import context, lowering
+from .registry import context, lowering, meta_impl
 
 aten = torch.ops.aten
 
@@ -302,19 +302,11 @@ def _hinge(z):
     return jnp.where(z > 0, z, 0)
 
 
-def _register_meta():
-    """Meta kernels PyTorch lacks for CPU-only backward ops (the margin losses',
-    fractional_max_pool3d's), so the executor and fake tensors get their shapes: the
-    input's."""
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("fractional_max_pool3d_backward", lambda grad_output, self, *args: torch.empty_like(self), "Meta")
-    lib.impl("multi_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self), "Meta")
-    lib.impl("multilabel_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
-             "Meta")
-    return lib
-
-
-_meta_lib = _register_meta()
+# Meta kernels PyTorch lacks for CPU-only backward ops (the margin losses',
+# fractional_max_pool3d's), so the executor and fake tensors get their shapes: the input's.
+meta_impl("fractional_max_pool3d_backward", lambda grad_output, self, *args: torch.empty_like(self))
+meta_impl("multi_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self))
+meta_impl("multilabel_margin_loss_backward", lambda grad_output, self, *args, **kwargs: torch.empty_like(self))
 
 
 @lowering(aten.multi_margin_loss_backward.default, static=("p", "margin"))
@@ -1696,9 +1688,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_in
     return _ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank)
 
 
-_meta_lib = torch.library.Library("aten", "IMPL")
 # PyTorch has no meta kernel for it: the gradient has log_probs' shape and layout.
-_meta_lib.impl("_ctc_loss_backward", lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs), "Meta")
+meta_impl("_ctc_loss_backward", lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs))
 
 
 @lowering(aten._ctc_loss_backward.default)

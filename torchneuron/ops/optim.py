@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ._common import acc_type
-from .registry import LOWERINGS, Context, context, lowering, tracing
+from .registry import LOWERINGS, Context, context, lowering, meta_impl, tracing
 
 aten = torch.ops.aten
 
@@ -257,9 +257,8 @@ def _fused_sgd_meta(self, grads, momentum_buffer_list, weight_decay, momentum, *
         require(len(momentum_buffer_list) == len(self), "momentum_buffer_list.size() == n_tensors")
 
 
-_META = torch.library.Library("aten", "IMPL")
 for _ov in (aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr):
-    _META.impl(_ov, _fused_sgd_meta, "Meta")
+    meta_impl(_ov, _fused_sgd_meta)
 
 
 @lowering(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, mutates=True,

@@ -22,7 +22,7 @@ from torch._prims_common import canonicalize_dim
 from ..runtime import dtypes as dt
 from ._common import acc_type, convert, is_float
 from .indexing import not_implemented
-from .registry import context, lowering, meta_check
+from .registry import context, lowering, meta_check, meta_impl
 
 aten = torch.ops.aten
 
@@ -608,18 +608,12 @@ def _logcumsumexp_meta(self, dim):
     return torch.empty_like(self)
 
 
-def _register_meta():
-    """Meta kernels PyTorch lacks for two CPU-only helpers, so the executor (and fake
-    tensors) get their shapes: `_logcumsumexp` keeps its input's, `_cummax_helper`
-    and `_cummin_helper` write into preallocated outputs."""
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_logcumsumexp", _logcumsumexp_meta, "Meta")
-    lib.impl("_cummax_helper", lambda self, values, indices, dim: None, "Meta")
-    lib.impl("_cummin_helper", lambda self, values, indices, dim: None, "Meta")
-    return lib
-
-
-_meta_lib = _register_meta()
+# Meta kernels PyTorch lacks for two CPU-only helpers, so the executor (and fake tensors)
+# get their shapes: `_logcumsumexp` keeps its input's, `_cummax_helper` and
+# `_cummin_helper` write into preallocated outputs.
+meta_impl("_logcumsumexp", _logcumsumexp_meta)
+meta_impl("_cummax_helper", lambda self, values, indices, dim: None)
+meta_impl("_cummin_helper", lambda self, values, indices, dim: None)
 
 
 @lowering(aten.histc.default, static=("min", "max"))
@@ -763,9 +757,9 @@ def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, densi
     return self.new_empty(tuple(bins))
 
 
-_meta_lib.impl("histogram.bin_ct", _histogram_meta, "Meta")
-_meta_lib.impl("_histogramdd_bin_edges", _histogramdd_bin_edges_meta, "Meta")
-_meta_lib.impl("_histogramdd_from_bin_cts", _histogramdd_from_bin_cts_meta, "Meta")
+meta_impl("histogram.bin_ct", _histogram_meta)
+meta_impl("_histogramdd_bin_edges", _histogramdd_bin_edges_meta)
+meta_impl("_histogramdd_from_bin_cts", _histogramdd_from_bin_cts_meta)
 
 
 @lowering(aten.histogram.bin_ct, static=("range",))

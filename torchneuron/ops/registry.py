@@ -188,19 +188,38 @@ class tracing:
 _meta_lib = None
 
 
+def _meta_library() -> torch.library.Library:
+    """The one ``aten`` IMPL library holding every Meta kernel torchneuron registers. A
+    `torch.library.Library` removes its kernels when it is garbage-collected, so one
+    object kept here, not one per module (rebinding a module's name dropped kernels)."""
+    global _meta_lib
+    if _meta_lib is None:
+        _meta_lib = torch.library.Library("aten", "IMPL")
+    return _meta_lib
+
+
+def meta_impl(op, fn) -> None:
+    """Registers `fn` as the Meta kernel of `op` (an ATen op name, "name.overload", or
+    an OpOverload), for ops PyTorch has none for or whose kernel is replaced; the eager
+    executor and fake tensors (torch.compile) get output shapes from it. Replacing one
+    of PyTorch's own is silent (its override warning is expected here)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Oo]verrid")
+        _meta_library().impl(op, fn, "Meta")
+
+
 def meta_kernel(*ops):
     """Registers `fn` as the Meta kernel of each of `ops` in place of PyTorch's, for ops
     whose Meta kernel follows the CUDA kernel's rules where the CPU kernel, our oracle,
-    accepts more or raises another error type. The eager executor and fake tensors
-    (torch.compile) both consult it. Returns `fn`."""
+    accepts more or raises another error type; also in the tables the Python
+    dispatcher and decompositions read. Returns `fn`."""
     from torch._decomp import meta_table
 
     def register(fn):
-        global _meta_lib
-        if _meta_lib is None:
-            _meta_lib = torch.library.Library("aten", "IMPL")
         for op in ops:
-            _meta_lib.impl(op, fn, "Meta")
+            meta_impl(op, fn)
             meta_table[op] = fn
             op.py_kernels[torch._C.DispatchKey.Meta] = fn
         return fn
@@ -217,9 +236,6 @@ def meta_check(*ops):
     from torch._decomp import global_decomposition_table
 
     def register(check):
-        global _meta_lib
-        if _meta_lib is None:
-            _meta_lib = torch.library.Library("aten", "IMPL")
         for op in ops:
             # The kernel _meta_registrations.activate_meta registered: the first table holding op.
             inner = next(table[op] for table in (global_decomposition_table[k] for k in
@@ -229,7 +245,7 @@ def meta_check(*ops):
                 check(*args, **kwargs)
                 return _inner(*args, **kwargs)
 
-            _meta_lib.impl(op, meta, "Meta")
+            meta_impl(op, meta)
         return check
 
     return register

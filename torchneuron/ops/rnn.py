@@ -16,14 +16,13 @@ Half-precision inputs compute in float32 and round once, as the CUDA kernels do
 `_thnn_differentiable_*_cell_backward` ops (double backward) decompose into ops
 that have lowerings.
 """
-import warnings
 
 import jax
 import jax.numpy as jnp
 import torch
 
 from ._common import acc_type
-from .registry import context, lowering
+from .registry import context, lowering, meta_impl
 
 aten = torch.ops.aten
 
@@ -171,9 +170,6 @@ def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
     return gi, gh, ghx, gbi, gbh
 
 
-_meta_lib = torch.library.Library("aten", "IMPL", "Meta")
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=".*[Oo]verrid")  # replaces PyTorch's LSTM cell meta
-    _meta_lib.impl("_thnn_fused_lstm_cell", _lstm_cell_meta)
-    _meta_lib.impl("_thnn_fused_gru_cell", _gru_cell_meta)
-    _meta_lib.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)
+meta_impl("_thnn_fused_lstm_cell", _lstm_cell_meta)  # replaces PyTorch's LSTM cell meta
+meta_impl("_thnn_fused_gru_cell", _gru_cell_meta)
+meta_impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)
