@@ -3,9 +3,11 @@
 transformers: every entry of `MODEL_MAPPING_NAMES` (the base model of each
 architecture, as `AutoModel` would pick it). The default config of its config class is
 shrunk generically through the config's own attribute names (layers, widths, heads,
-vocabulary; sub-configs recursively), so nothing is downloaded. timm: every name of
-`timm.list_models()`, built with `pretrained=False`, few classes, a small input and, where
-the model's class takes ``depth``/``depths``, 2 blocks (or 1 per stage).
+vocabulary; sub-configs recursively) keeping the relations the model relies on (see
+`shrink_config`), so nothing is downloaded; inputs follow the forward signature.
+timm: every name of `timm.list_models()`, built with `pretrained=False`, few classes, a
+small input (or the first larger one a fixed token grid takes) and, where the model's
+class takes ``depth``/``depths``, 2 blocks (1 where 2 are over `MAX_PARAMS`; 1 per stage).
 
 Model names are ``"<suite>/<name>"``; `build(name, seed)` returns ``(model, inputs)``
 (a CPU `nn.Module` in eval mode and a dict of CPU keyword arguments).
@@ -209,7 +211,8 @@ def shrink_config(config, width_scale: int = 1) -> None:
     # The last text id is the image token (`_transformers_inputs` draws text below it).
     if "num_query_tokens" in original and "image_token_index" in original \
             and original["image_token_index"] is None:
-        text_vocab = _sub(config.get_text_config(), "vocab_size") if hasattr(config, "get_text_config") else None
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text_vocab = _sub(text, "vocab_size")
         if isinstance(text_vocab, int):
             config.image_token_index = text_vocab - 1
     # Per-model (no class): DBRX's default `clip_qkv=None` makes its attention call
@@ -417,8 +420,11 @@ def _image_size(config):
 
 def _transformers_inputs(model, config) -> list[dict]:
     """Input candidates from the model's forward signature: its main input, plus decoder
-    ids for encoder-decoder models and any other required `*input_ids`; for a model whose forward also takes images (CLIP
-    style), first a candidate with both. Integer ids are drawn below the text vocabulary."""
+    ids for encoder-decoder models, any other required `*input_ids`, token boxes
+    (``bbox``) and a forecaster's time features; for a model whose forward also takes
+    images (CLIP style), first a candidate with both (BLIP-2 style: with one image token
+    per query). Then the main input's other layouts (an audio codec's channels, a
+    conformer's frames-first features). Integer ids are drawn below the text vocabulary."""
     params = inspect.signature(model.forward).parameters
     main = getattr(model, "main_input_name", "input_ids")
     vocab = _sub(config.get_text_config() if hasattr(config, "get_text_config") else config,
@@ -491,15 +497,21 @@ def _transformers_inputs(model, config) -> list[dict]:
     if "pixel_values" in params and "pixel_values" not in inputs:
         channels = _sub(config, "num_channels", "in_channels") or 3
         images = torch.randn(BATCH, channels, *_image_size(config))
-        with_images = {**inputs, "pixel_values": images}
-        token, count = vars(config).get("image_token_index"), vars(config).get("num_query_tokens")
-        if isinstance(token, int) and isinstance(count, int) and "input_ids" in inputs:
-            # One image token per query output before the text (BLIP-2's prompt layout);
-            # the text itself must not contain the image token.
-            text = inputs["input_ids"].masked_fill(inputs["input_ids"] == token, 3)
-            with_images["input_ids"] = torch.cat([torch.full((BATCH, count), token), text], 1)
-        return [with_images, inputs, *({**inputs, **e} for e in extra)]
-    return [inputs, *({**inputs, **e} for e in extra)]
+        return [_image_tokens({**inputs, "pixel_values": images}, config), inputs,
+                *({**inputs, **e} for e in extra)]
+    return [_image_tokens(inputs, config), *({**inputs, **e} for e in extra)]
+
+
+def _image_tokens(inputs: dict, config) -> dict:
+    """`inputs` with, for a query-token vision-language model (BLIP-2, InstructBLIP) given
+    both images and text, one image token per query output before the text (its prompt
+    layout), so the vision path feeds the language model; the text itself never holds
+    the image token. Other inputs are returned as they are."""
+    token, count = vars(config).get("image_token_index"), vars(config).get("num_query_tokens")
+    if not (isinstance(token, int) and isinstance(count, int) and {"input_ids", "pixel_values"} <= set(inputs)):
+        return inputs
+    text = inputs["input_ids"].masked_fill(inputs["input_ids"] == token, 3)
+    return {**inputs, "input_ids": torch.cat([torch.full((BATCH, count), token), text], 1)}
 
 
 # --- timm --------------------------------------------------------------------------
