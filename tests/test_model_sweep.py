@@ -365,3 +365,10 @@ def test_width_scale_doubles_widths_only_and_unset_horizons_get_one():
     assert (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_hidden_layers) == (64, 128, 2, 2)
     c = _shrunk(prediction_length=None, context_length=None, label_length=10)
     assert c.prediction_length and c.context_length and c.label_length <= c.context_length
+
+
+def test_image_tokens_get_an_id_inside_the_text_vocabulary():
+    c = _shrunk(vocab_size=65536, vocabulary_map=None)  # Chameleon: a map only a tokenizer fills
+    assert c.vocabulary_map == {"<image>": 255}
+    c = _shrunk(vocab_size=50272, num_query_tokens=32, image_token_index=None)  # BLIP-2
+    assert c.image_token_index == 255

@@ -206,15 +206,19 @@ def shrink_config(config, width_scale: int = 1) -> None:
         # The decoder's known prefix (Autoformer's label window) is part of the context.
         if isinstance(vars(config).get("label_length"), int):
             config.label_length = min(config.label_length, config.context_length)
-    # Query-token vision-language models (BLIP-2, InstructBLIP) splice their query
-    # outputs in at image-token positions; a config without the token id matches none.
-    # The last text id is the image token (`_transformers_inputs` draws text below it).
-    if "num_query_tokens" in original and "image_token_index" in original \
-            and original["image_token_index"] is None:
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        text_vocab = _sub(text, "vocab_size")
-        if isinstance(text_vocab, int):
+    # Image tokens of multimodal models are the last text id (`_transformers_inputs`
+    # draws text below it).
+    text_vocab = _sub(config.get_text_config() if hasattr(config, "get_text_config") else config, "vocab_size")
+    if isinstance(text_vocab, int):
+        # Query-token vision-language models (BLIP-2, InstructBLIP) splice their query
+        # outputs in at image-token positions; a config without the token id matches none.
+        if "num_query_tokens" in original and original.get("image_token_index", 0) is None:
             config.image_token_index = text_vocab - 1
+        # VQ-token models (Chameleon, Emu3) map image codes to text ids through a vocabulary
+        # map that only a tokenizer fills; without one the model does not build. A map with
+        # just the image token builds it and runs its text path.
+        if "vocabulary_map" in original and original["vocabulary_map"] is None:
+            config.vocabulary_map = {"<image>": text_vocab - 1}
     # Per-model (no class): DBRX's default `clip_qkv=None` makes its attention call
     # `clamp(min=None, max=None)`, which raises; 8 is what the released DBRX uses.
     if type(config).__name__ == "DbrxConfig" and config.attn_config.clip_qkv is None:
