@@ -284,3 +284,91 @@ def test_a_model_that_cannot_run_in_float64_keeps_the_strict_verdict(monkeypatch
     st = {}
     assert worker._judge("tensor 0[3]: differs", lambda: True, st) is None
     assert st == {"criterion": "float64 reference", "strict_error": "tensor 0[3]: differs"}
+
+
+# --- shrink_config's rules (config objects only: no model is built) -----------------
+
+
+def _config(**attrs):
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig()
+    for key, value in attrs.items():
+        setattr(config, key, value)
+    return config
+
+
+def _shrunk(width_scale=1, **attrs):
+    from torchneuron.sweep.enumerate import shrink_config
+
+    config = _config(**attrs)
+    shrink_config(config, width_scale)
+    return config
+
+
+def test_shrunk_heads_stay_whole_and_divide_the_width():
+    c = _shrunk(hidden_size=15, num_attention_heads=2)  # an odd width keeps 1 head
+    assert c.num_attention_heads == 1
+    c = _shrunk(hidden_size=768, num_attention_heads=12, num_key_value_heads=4)
+    assert (c.hidden_size, c.num_attention_heads, c.num_key_value_heads) == (32, 2, 2)
+    # Swin-style per-stage heads (3 would divide no power-of-two stage width).
+    c = _shrunk(embed_dim=96, num_heads=(3, 6, 12, 24), depths=(2, 2, 6, 2))
+    assert c.num_heads == (2, 4, 8, 16) and c.depths == (1, 1, 1, 1)
+    assert all(32 * 2 ** i % h == 0 for i, h in enumerate(c.num_heads))
+    assert _shrunk(num_heads=(1, 0)).num_heads == (1, 1)
+
+
+def test_restated_widths_and_heads_shrink_alike():
+    c = _shrunk(hidden_size=2048, hidden_size_global=4096, encoder_hidden_size=1408,
+                cross_num_attention_heads=16, cross_num_key_value_heads=16, cross_head_dim=128,
+                backbone_hidden_size=2048, decoder_intermediate_size=2304, decoder_num_layers=12)
+    assert (c.hidden_size_global, c.encoder_hidden_size, c.backbone_hidden_size) == (32, 32, 32)
+    assert (c.cross_num_attention_heads, c.cross_num_key_value_heads, c.cross_head_dim) == (2, 2, 16)
+    assert (c.decoder_intermediate_size, c.decoder_num_layers) == (64, 2)
+    # A width restating the original hidden or head size under its own name (BROS).
+    c = _shrunk(hidden_size=768, num_attention_heads=12, dim_bbox_projection=64, max_position_embeddings=768)
+    assert c.dim_bbox_projection == c.hidden_size // c.num_attention_heads == 16
+    assert c.max_position_embeddings == 768  # not a width
+
+
+def test_sub_configs_shrink_consistently():
+    vision = _config(hidden_size=1408, num_attention_heads=16)
+    qformer = _config(hidden_size=768, encoder_hidden_size=1408, num_attention_heads=12)
+    c = _shrunk(vision_config=vision, qformer_config=qformer, rope_parameters={"rope_theta": 5.0})
+    assert c.qformer_config.encoder_hidden_size == c.vision_config.hidden_size == 32
+    assert c.vision_config.rope_theta == 5.0  # the legacy attribute some sub-configs are read for
+
+
+def test_derived_head_sizes_follow_their_parts():
+    c = _shrunk(hidden_size=4096, num_attention_heads=32, head_dim=128, rotary_dim=64)
+    assert c.rotary_dim <= c.head_dim == 16
+    c = _shrunk(qk_nope_head_dim=128, qk_rope_head_dim=64, qk_head_dim=192, v_head_dim=128)
+    assert (c.qk_head_dim, c.v_head_dim) == (c.qk_nope_head_dim + c.qk_rope_head_dim, 16)
+    # Mamba-2 heads times head size is the expanded width.
+    c = _shrunk(hidden_size=4096, mamba_expand=2, mamba_n_heads=128, mamba_d_head=64)
+    assert c.mamba_n_heads * c.mamba_d_head == c.mamba_expand * c.hidden_size
+
+
+def test_group_counts_divide_the_shrunk_widths():
+    c = _shrunk(hidden_sizes=[256, 512, 1024, 2048], num_groups=32, upsample_groups=512)
+    assert all(w % c.num_groups == 0 and w % c.upsample_groups == 0 for w in c.hidden_sizes)
+    c = _shrunk(n_routed_experts=256, n_group=8, topk_group=4)
+    assert c.n_routed_experts % c.n_group == 0 and c.n_routed_experts // c.n_group >= 2
+    assert 1 <= c.topk_group <= c.n_group
+    # Explicit stage channel lists restate the stage widths: both stay as they are.
+    c = _shrunk(hidden_sizes=[256, 512], stage_out_channels=(128, 512))
+    assert c.hidden_sizes == [256, 512]
+
+
+def test_width_scale_doubles_widths_only_and_unset_horizons_get_one():
+    c = _shrunk(2, hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12)
+    assert (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.num_hidden_layers) == (64, 128, 2, 2)
+    c = _shrunk(prediction_length=None, context_length=None, label_length=10)
+    assert c.prediction_length and c.context_length and c.label_length <= c.context_length
+
+
+def test_image_tokens_get_an_id_inside_the_text_vocabulary():
+    c = _shrunk(vocab_size=65536, vocabulary_map=None)  # Chameleon: a map only a tokenizer fills
+    assert c.vocabulary_map == {"<image>": 255}
+    c = _shrunk(vocab_size=50272, num_query_tokens=32, image_token_index=None)  # BLIP-2
+    assert c.image_token_index == 255
