@@ -189,7 +189,10 @@ def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None,
     s, e = _scalar_to(start, out), _scalar_to(end, out)
     idx = np.arange(steps)
     s, e = jnp.asarray(s, out), jnp.asarray(e, out)
-    step = (e - s).astype(jnp.float64) / (steps - 1)  # the subtraction happens in the output type
+    # The subtraction happens in C++'s type for `end - start` of the output type: integer
+    # types narrower than int promote to int (uint8 0 - 1 is -1, not 255).
+    diff = jnp.int32 if jnp.issubdtype(out, jnp.integer) and jnp.dtype(out).itemsize < 4 else out
+    step = (e.astype(diff) - s.astype(diff)).astype(jnp.float64) / (steps - 1)
     s, e = s.astype(jnp.float64), e.astype(jnp.float64)
     expo = jnp.where(idx < steps // 2, s + step * idx, e - step * (steps - idx - 1))
     return jnp.power(base, expo).astype(out)
