@@ -141,3 +141,13 @@ def test_logspace_of_a_decreasing_integer_range(dtype):
         with no_fallback():
             got = torch.logspace(start, end, steps, base, dtype=dtype, device="neuron")
         assert torch.equal(got.cpu(), want), (start, end, steps, base, got, want)
+
+
+@pytest.mark.parametrize("args,kwargs", [((0, 3, 7), dict(dtype=torch.uint8)), ((0, 3, 7), dict(dtype=torch.int8)),
+                                         ((0, 10, 5), dict(base=2, dtype=torch.int8)),
+                                         ((0, 20, 5), dict(dtype=torch.int32))])
+def test_logspace_of_integers_wraps_on_overflow_like_cpu(args, kwargs):
+    # ATen computes in double and casts: values past the type's range wrap (uint8 1000 -> 232).
+    with no_fallback():
+        got = torch.logspace(*args, **kwargs, device="neuron")
+    assert torch.equal(got.cpu(), torch.logspace(*args, **kwargs))

@@ -371,3 +371,35 @@ def test_segment_reduce_matches_cpu():
                                ("sum", torch.tensor([7]), dict(axis=1))):
         check_like_cpu(lambda a, b: torch.segment_reduce(a, reduce, lengths=b, **kw), d, bounds)
     check_like_cpu(lambda a: torch.segment_reduce(a, "sum"), d)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_segment_reduce_of_non_floating_data_raises_like_cpu(dtype):
+    data, lengths = torch.arange(6).to(dtype), torch.tensor([3, 3])
+    with pytest.raises(NotImplementedError, match="_segment_reduce_cpu"):
+        torch.segment_reduce(data, "sum", lengths=lengths)
+    with pytest.raises(NotImplementedError, match="_segment_reduce_cpu"):
+        torch.segment_reduce(data.to("neuron"), "sum", lengths=lengths.to("neuron"))
+
+
+def test_histogram_with_bin_edge_tensors_matches_cpu():
+    x = torch.tensor([-1.0, 0.0, 0.25, 0.5, 1.0, 2.0, float("nan"), 0.5])
+    edges = torch.tensor([-1.0, 0.0, 0.5, 1.0])
+    w = torch.rand(8, generator=torch.Generator().manual_seed(0))
+    for kwargs in ({}, dict(weight=w), dict(weight=w, density=True)):
+        want = torch.histogram(x, edges, **kwargs)
+        dev = {k: v.to("neuron") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        with no_fallback():
+            got = torch.histogram(x.to("neuron"), edges.to("neuron"), **dev)
+        torch.testing.assert_close(got.hist.cpu(), want.hist)
+        torch.testing.assert_close(got.bin_edges.cpu(), want.bin_edges)
+    samples = torch.randn(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    bins = [torch.tensor([-1.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([-2.0, 0.0, 0.5, 3.0], dtype=torch.float64)]
+    with no_fallback():
+        got = torch.histogramdd(samples.to("neuron"), bins=[b.to("neuron") for b in bins])
+    torch.testing.assert_close(got.hist.cpu(), torch.histogramdd(samples, bins=bins).hist)
+    for bad in (torch.tensor([1.0]), torch.tensor([[0.0, 1.0]]), torch.tensor([0, 1, 2])):
+        with pytest.raises(RuntimeError):
+            torch.histogram(torch.rand(5), bad)
+        with pytest.raises(RuntimeError):
+            torch.histogram(torch.rand(5).to("neuron"), bad.to("neuron"))

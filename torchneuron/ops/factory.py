@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import check_scalar
+from ._common import check_scalar, convert
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -184,7 +184,7 @@ def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None,
         return jnp.zeros((0,), out)
     base = jnp.asarray(base, jnp.float64)
     if steps == 1:
-        return jnp.full((1,), jnp.power(base, jnp.float64(start)).astype(out))
+        return jnp.full((1,), convert(jnp.power(base, jnp.float64(start)), out))
     _dispatch_check(out, "logspace")
     s, e = _scalar_to(start, out), _scalar_to(end, out)
     idx = np.arange(steps)
@@ -195,7 +195,7 @@ def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None,
     step = (e.astype(diff) - s.astype(diff)).astype(jnp.float64) / (steps - 1)
     s, e = s.astype(jnp.float64), e.astype(jnp.float64)
     expo = jnp.where(idx < steps // 2, s + step * idx, e - step * (steps - idx - 1))
-    return jnp.power(base, expo).astype(out)
+    return convert(jnp.power(base, expo), out)  # integers wrap as ATen's cast does
 
 
 @lowering(aten.eye.default, aten.eye.m)

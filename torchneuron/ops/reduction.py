@@ -721,6 +721,16 @@ def _histogramdd(x, bins, range, weight, density, name):
         same = lo == hi
         lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
         edges.append(_linspace(lo, hi, bins[i] + 1, x.dtype))
+    return _histogram_counts(x, edges, weight, density), edges
+
+
+def _histogram_counts(x, edges, weight, density):
+    """The D-dimensional histogram of samples x (N, D) over increasing bin `edges`
+    (one array per dimension), as CPU's histogramdd: a sample outside the edges, or
+    NaN, is not counted; the last bin includes its right edge; a sample's bin is the
+    last edge <= it."""
+    n, d = x.shape
+    bins = [e.shape[0] - 1 for e in edges]
     flat = jnp.zeros((n,), jnp.int64)
     inside = jnp.ones((n,), bool)
     for i, e in enumerate(edges):
@@ -738,7 +748,7 @@ def _histogramdd(x, bins, range, weight, density, name):
             shape = [1] * d
             shape[i] = bins[i]
             hist = hist / jnp.diff(e).reshape(shape)
-    return hist, edges
+    return hist
 
 
 def _histogram_meta(self, bins=100, *, range=None, weight=None, density=False):
@@ -757,6 +767,32 @@ def _histogramdd_from_bin_cts_meta(self, bins, *, range=None, weight=None, densi
     return self.new_empty(tuple(bins))
 
 
+def _check_bin_tensors(self, bins, weight, name):
+    """CPU's checks of histogram(dd) with bin-edge tensors (histogramdd_check_inputs)."""
+    for i, b in enumerate(bins):
+        torch._check(b.dim() == 1, lambda: f"torch.histogramdd: bins tensor should have one dimension, but got "
+                     f"{b.dim()} dimensions in the bins tensor for dimension {i}")
+        torch._check(b.numel() > 1, lambda: f"{name}(): bins must be > 0, but got {b.numel() - 1} for dimension {i}")
+        torch._check(b.dtype == self.dtype, lambda: f"torch.histogramdd: input tensor and bins tensors should have "
+                     f"the same dtype, but got input with dtype {self.dtype} and bins for dimension {i} with dtype "
+                     f"{b.dtype}")
+    torch._check(weight is None or weight.shape == self.shape[:-1], lambda: "torch.histogramdd: if weight tensor is "
+                 "provided it should have the same shape as the input tensor excluding its innermost dimension")
+
+
+def _histogram_bins_tensor_meta(self, bins, *, weight=None, density=False):
+    _check_bin_tensors(self.reshape(-1, 1), [bins], weight.reshape(-1) if weight is not None else None,
+                       "torch.histogram")
+    return self.new_empty((bins.numel() - 1,)), torch.empty_like(bins)
+
+
+def _histogramdd_from_bin_tensors_meta(self, bins, *, weight=None, density=False):
+    _check_bin_tensors(self, bins, weight, "torch.histogramdd")
+    return self.new_empty(tuple(b.numel() - 1 for b in bins))
+
+
+meta_impl("histogram.bins_tensor", _histogram_bins_tensor_meta)
+meta_impl("_histogramdd_from_bin_tensors", _histogramdd_from_bin_tensors_meta)
 meta_impl("histogram.bin_ct", _histogram_meta)
 meta_impl("_histogramdd_bin_edges", _histogramdd_bin_edges_meta)
 meta_impl("_histogramdd_from_bin_cts", _histogramdd_from_bin_cts_meta)
@@ -784,6 +820,20 @@ def histogramdd_from_bin_cts(self, bins, range=None, weight=None, density=False)
     histogram of samples (*, D) (see `_histogramdd`)."""
     x = self.reshape(-1, self.shape[-1])
     return _histogramdd(x, list(bins), range, weight, density, "torch.histogramdd")[0]
+
+
+@lowering(aten.histogram.bins_tensor)
+def histogram_bins_tensor(self, bins, weight=None, density=False):
+    """aten::histogram.bins_tensor: (hist, bins) of all of self's elements over the given
+    increasing bin edges (see `_histogram_counts`)."""
+    return _histogram_counts(self.reshape(-1, 1), [bins], weight, density), bins
+
+
+@lowering(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(self, bins, weight=None, density=False):
+    """aten::_histogramdd_from_bin_tensors (torch.histogramdd with edge tensors): the
+    D-dimensional histogram of samples (*, D) (see `_histogram_counts`)."""
+    return _histogram_counts(self.reshape(-1, self.shape[-1]), list(bins), weight, density)
 
 
 # ------------------------------------------------------------------ segment_reduce
@@ -838,6 +888,8 @@ def _check_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=N
         raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {name} but got {axis}.")
     if bounds.dtype.is_floating_point or bounds.dtype.is_complex or bounds.dtype == torch.bool:
         raise not_implemented(f"_segment_reduce_{name}_cpu_kernel1", dt.to_jax(bounds.dtype))
+    if not data.dtype.is_floating_point:  # CPU's kernel covers floating types only
+        raise not_implemented("_segment_reduce_cpu", dt.to_jax(data.dtype))
 
 
 @lowering(aten.segment_reduce.default, static=("initial",))
