@@ -381,3 +381,14 @@ def test_eig_polar_householder_errors_like_cpu():
     check_like_cpu(torch.linalg.matrix_sqrth, torch.randn(3, 4))
     check_like_cpu(torch.linalg.eigvals, torch.randn(3, 3).int())
     check_like_cpu(torch.linalg.eig, torch.randn(3, 3).half())
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsd", "gelss"])
+def test_lstsq_rcond_truncates_except_for_gels(driver):
+    # gels assumes full rank and ignores rcond on the CPU; gelsd/gelss drop the small
+    # singular values.
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 3, generator=gen), torch.randn(5, 2, generator=gen)
+    want = torch.linalg.lstsq(a, b, rcond=0.5, driver=driver).solution
+    got = torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), rcond=0.5, driver=driver).solution
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)

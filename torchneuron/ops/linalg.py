@@ -818,9 +818,11 @@ def linalg_lstsq(self, b, rcond=None, driver=None):
     """aten::linalg_lstsq: (solution, residuals, rank, singular_values) of
     min ||A X - B|| for A (*, m, n), B (*, m, k) or (*, m), batch dimensions broadcast.
     Every driver is computed from A's SVD as the minimum-norm solution with singular
-    values below rcond * s_max dropped (rcond defaults to eps * max(m, n), as on CPU):
-    gelsd/gelss are that algorithm, gelsy (complete orthogonal factorization) and
-    gels (QR/LQ) give the same solution for full-rank A. Residuals are the squared
+    values below rcond * s_max dropped (rcond defaults to eps * max(m, n), as on CPU;
+    gels ignores it): gelsd/gelss are that algorithm, gelsy (complete orthogonal
+    factorization) and gels (QR/LQ) give the same solution for full-rank A. For a
+    rank-deficient A, gelsy's rank comes from its pivoted QR on the CPU, and its
+    solution can differ from this one. Residuals are the squared
     norms of the last m - n rows of Q^H B (what gels leaves there), outputs a driver
     does not produce are empty (see `_lstsq_shapes`)."""
     ctx = context()
@@ -840,7 +842,8 @@ def linalg_lstsq(self, b, rcond=None, driver=None):
         rank = jnp.zeros(self.shape[:-2], jnp.int64)
     else:
         u, s, vh = jnp.linalg.svd(self, full_matrices=False)
-        keep = s > rcond * s[..., :1]
+        # gels (QR/LQ, which assumes full rank) ignores rcond, as LAPACK's does.
+        keep = s > rcond * s[..., :1] if driver != "gels" else jnp.ones(s.shape, bool)
         rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
         inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(self.dtype)
         uhb = jnp.matmul(jnp.conj(jnp.swapaxes(u, -1, -2)), B, precision=_HIGHEST)
