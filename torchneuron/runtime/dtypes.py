@@ -1,9 +1,10 @@
 """Mapping between torch dtypes, ATen ScalarType codes and JAX/NumPy dtypes."""
+import warnings
+
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import torch
-import warnings
 
 # Device->host reads hand PyTorch read-only NumPy views that are only ever copied from.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -66,10 +67,15 @@ def numpy_view(t: torch.Tensor) -> np.ndarray:
 
 
 def from_numpy(a: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing a NumPy array's memory (bf16 and fp8 included)."""
+    """A CPU tensor sharing a NumPy array's memory (bf16 and fp8 included). The array
+    may be a read-only view of a device buffer: callers only read the tensor, so
+    PyTorch's "not writable" warning (which would point users at our code) is muted."""
     dt = JAX_TO_TORCH[jnp.dtype(a.dtype)]
     if dt == torch.bfloat16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    if dt in _FLOAT8:
-        return torch.from_numpy(a.view(np.uint8)).view(dt)
-    return torch.from_numpy(a)
+        a, dt = a.view(np.int16), torch.bfloat16
+    elif dt in _FLOAT8:
+        a = a.view(np.uint8)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        t = torch.from_numpy(a)
+    return t if t.dtype == dt else t.view(dt)
