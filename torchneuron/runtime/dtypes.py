@@ -6,8 +6,6 @@ import ml_dtypes
 import numpy as np
 import torch
 
-# Device->host reads hand PyTorch read-only NumPy views that are only ever copied from.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 TORCH_TO_JAX = {
     torch.float32: jnp.dtype(jnp.float32),
