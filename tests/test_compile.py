@@ -386,3 +386,19 @@ def test_concurrent_processes_share_one_cache_dir(tmp_path):
         assert p.returncode == 0, err
     assert not [f for f in os.listdir(tmp_path / "executables") if f.endswith(".tmp")]
     assert _run_child(tmp_path)[:2] == (1, 0)  # the entry they left is whole
+
+
+def test_conjugate_views_in_and_into_compiled_graphs():
+    # Autoformer's autocorrelation: irfft(rfft(q) * conj(rfft(k))). aten._conj used to
+    # split the graph, and the next subgraph read the conj view's stored values.
+    def autocorrelation(q, k):
+        return torch.fft.irfft(torch.fft.rfft(q, dim=-1) * torch.conj(torch.fft.rfft(k, dim=-1)), n=q.shape[-1])
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 8, 9, generator=gen), torch.randn(2, 8, 9, generator=gen)
+    got = torch.compile(autocorrelation, backend="neuron")(q.to("neuron"), k.to("neuron"))
+    torch.testing.assert_close(got.cpu(), autocorrelation(q, k), rtol=1e-4, atol=1e-5)
+    z = torch.randn(4, dtype=torch.complex64, generator=gen)
+    affine = torch.compile(lambda t: t * 2 + 1, backend="neuron")
+    torch.testing.assert_close(affine(z.to("neuron").conj()).cpu(), z.conj() * 2 + 1)
+    torch.testing.assert_close(affine(torch._neg_view(z.to("neuron"))).cpu(), -z * 2 + 1)

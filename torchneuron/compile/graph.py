@@ -163,6 +163,11 @@ class GraphExecutable:
         args = list(args)
         geometry, bufs, device = [], [], None
         for a in args:
+            if isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg()):
+                # A lazily conjugated/negated view (from ops run outside the graph, such
+                # as a split): the graph reads storage buffers, so it takes the values
+                # as they read.
+                a = a.resolve_conj().resolve_neg()
             meta = executor._tensor_meta(a) if isinstance(a, torch.Tensor) else None
             if meta is None:
                 if isinstance(a, torch.Tensor):
@@ -221,7 +226,8 @@ class GraphExecutable:
 
     def _write_back(self, target: torch.Tensor, flat, dev) -> None:
         meta = executor._tensor_meta(target)
-        if meta is not None and transfer.covers_storage(meta) and storage.buffers.get(meta[0], flat).dtype == flat.dtype:
+        if (meta is not None and not (target.is_conj() or target.is_neg()) and transfer.covers_storage(meta)
+                and storage.buffers.get(meta[0], flat).dtype == flat.dtype):
             storage.buffers[meta[0]] = flat
             return
         staged = torch.empty(target.shape, dtype=target.dtype, device=dev)

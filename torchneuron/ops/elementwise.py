@@ -679,6 +679,19 @@ def angle(self):
     return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0)).astype(out)
 
 
+@lowering(aten._conj.default, eager=False)
+def conj_view(self):
+    """aten::_conj in compiled graphs, by value (in eager it is a view with the conj bit,
+    PyTorch's own kernel)."""
+    return jnp.conj(self)
+
+
+@lowering(aten._neg_view.default, eager=False)
+def neg_view(self):
+    """aten::_neg_view in compiled graphs, by value (in eager, a view with the neg bit)."""
+    return -self
+
+
 @lowering(aten.conj_physical.default)
 def conj_physical(self):
     """aten::conj_physical: the complex conjugate, materialized (a copy for real
