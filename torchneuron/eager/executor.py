@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .. import _extension, metrics, profiler
-from ..ops.registry import LOWERINGS, Context, Lowering, OutSpec, tracing
+from ..ops.registry import Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 
 # Argument kinds, from the schema.

@@ -28,15 +28,6 @@ def _compute(dtype):
     return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
-def _binary(fn):
-    def lower(self, other, *rest):
-        out = _out()
-        c = _compute(out)
-        return fn(cast(self, c), cast(other, c), *rest).astype(out)
-
-    return lower
-
-
 def _alpha(x, alpha):
     return x if alpha is None or (isinstance(alpha, (int, float)) and alpha == 1) else x * alpha
 
