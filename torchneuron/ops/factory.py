@@ -164,15 +164,21 @@ def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory
         vals = jnp.where(up, r(s + r(step * r(jnp.asarray(idx, jnp.float32)))),
                          r(e - r(step * r(jnp.asarray(down, jnp.float32)))))
         return vals.astype(out)
-    s, e = jnp.asarray(s, out), jnp.asarray(e, out)
-    step = (e - s) / jnp.asarray(steps - 1, out)
+    return float_linspace(s, e, steps, out)
+
+
+def float_linspace(start, end, steps: int, dtype):
+    """ATen's CPU linspace into float32/float64 (`steps` >= 2): the bounds and the step
+    in `dtype`, the first half counted up from `start`, the second half down from
+    `end`. `start`/`end` may be numbers or traced arrays."""
+    s, e = jnp.asarray(start, dtype), jnp.asarray(end, dtype)
+    step = (e - s) / jnp.asarray(steps - 1, dtype)
     # ATen's `start + step * i` compiles to a fused multiply-add (one rounding): float32
     # gets that from computing in float64; float64 may differ from it by one ulp.
     w = jnp.float64
     s, e, step = s.astype(w), e.astype(w), step.astype(w)
     i = lax.iota(w, steps)
-    vals = jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i))
-    return vals.astype(out)
+    return jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i)).astype(dtype)
 
 
 @lowering(aten.logspace.default, static=("start", "end"))

@@ -21,6 +21,7 @@ from torch._prims_common import canonicalize_dim
 
 from ..runtime import dtypes as dt
 from ._common import acc_type, convert, is_float
+from .factory import float_linspace
 from .indexing import not_implemented
 from .registry import context, lowering, meta_check, meta_impl
 
@@ -690,17 +691,6 @@ def _histogramdd_check(self, bins, range, weight, name="torch.histogramdd"):
 
 
 
-def _linspace(start, end, steps: int, dtype):
-    """ATen's CPU linspace from traced float64 bounds into float32/float64: the bounds
-    and the step in the output dtype, the first half counted up from `start`, the
-    second half down from `end` (factory.linspace, for bounds known only on the device)."""
-    s, e = start.astype(dtype), end.astype(dtype)
-    step = (e - s) / jnp.asarray(steps - 1, dtype)
-    i = lax.iota(jnp.float64, steps)
-    s, e, step = s.astype(jnp.float64), e.astype(jnp.float64), step.astype(jnp.float64)
-    return jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i)).astype(dtype)
-
-
 def _histogramdd(x, bins, range, weight, density, name):
     """(hist, [edges per dimension]) of samples x (N, D) in equal-width bins, as CPU's
     histogramdd with bin counts: edges span `range` or the data's [min, max] (widened
@@ -720,7 +710,7 @@ def _histogramdd(x, bins, range, weight, density, name):
             lo, hi = jnp.float64(0), jnp.float64(1)
         same = lo == hi
         lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
-        edges.append(_linspace(lo, hi, bins[i] + 1, x.dtype))
+        edges.append(float_linspace(lo, hi, bins[i] + 1, x.dtype))
     return _histogram_counts(x, edges, weight, density), edges
 
 
