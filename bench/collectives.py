@@ -4,9 +4,15 @@ gloo on CPU tensors, in the same run.
 One process group "cpu:gloo,neuron:neuron" serves both: CPU tensors go to
 `ProcessGroupGloo`, `neuron` tensors to the host-staged `neuron` backend (device ->
 host copy, the same gloo all_reduce, the result back on the device (on XLA:CPU its host
-buffer becomes the device buffer), plus its cross-rank metadata check). Timing: interleaved configurations, minimum over repetitions (bench/common.py);
-each timed call ends when the result is in place (`torch.neuron.synchronize()`).
-Bus bandwidth follows nccl-tests: bytes * 2 (n - 1) / n / seconds.
+buffer becomes the device buffer), plus its cross-rank metadata check).
+
+Timing: interleaved configurations, minimum over repetitions (bench/common.py). As in
+nccl-tests, a timed block is a run of back-to-back calls (about 64 MB in all, at least
+one call) started together by both processes (a barrier before the block, untimed), and
+the time per call is the block's time over the number of calls: a single call after
+an idle pause would mostly time how far apart the two processes woke up. Each call
+ends when the result is in place (`torch.neuron.synchronize()`). Bus bandwidth follows
+nccl-tests: bytes * 2 (n - 1) / n / seconds.
 
 Usage: python bench/collectives.py [--sizes-mb 1 4 16 64 256] [--repeats 5]
 (starts its 2 processes itself with torch.multiprocessing's spawn)
@@ -24,6 +30,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import interleaved_min  # noqa: E402
 
 WORLD = 2
+#: Bytes all_reduced per timed block (so small sizes run many calls per block).
+BLOCK_BYTES = 64 * 2**20
 
 
 def _args(argv=None):
@@ -54,10 +62,14 @@ def _worker(rank: int, port: int, sizes_mb, repeats: int) -> None:
             dist.all_reduce(dev)
             torch.neuron.synchronize()
 
+        def barrier():
+            dist.all_reduce(torch.zeros(1))  # on gloo: a CPU tensor
+
         for fn in (on_cpu, on_neuron):  # warm up: connections, executables
             fn()
-        dist.barrier()
-        best = interleaved_min({"gloo": on_cpu, "neuron": on_neuron}, repeats=repeats)
+        calls = max(1, BLOCK_BYTES // (numel * 4))
+        best = interleaved_min({"gloo": on_cpu, "neuron": on_neuron}, repeats=repeats, number=calls,
+                               prepare=barrier)
         bus = {k: numel * 4 * 2 * (WORLD - 1) / WORLD / v / 1e9 for k, v in best.items()}
         # Both ranks time the same calls; rank 0's view is printed.
         if rank == 0:

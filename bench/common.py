@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import resource
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 
 def interleaved_min(configs: Dict[str, Callable[[], None]], repeats: int = 7, number: int = 1,
-                    settle: float = 0.3) -> Dict[str, float]:
+                    settle: float = 0.3, prepare: Optional[Callable[[], None]] = None) -> Dict[str, float]:
     """{name: minimum seconds per call} over `repeats` rounds of `number` calls each.
 
     Each callable must include its own synchronization (the benchmark measures work
     completed, not work queued). Before each timed block the process idles `settle`
     seconds: XLA's and PyTorch's worker threads spin for a while after work, and on two
-    cores the previous configuration's spinning threads would slow the next one."""
+    cores the previous configuration's spinning threads would slow the next one. Then
+    `prepare` runs, untimed (a multi-process benchmark's barrier, so that every process
+    starts the block together)."""
     best = {name: float("inf") for name in configs}
     for _ in range(repeats):
         for name, fn in configs.items():
             time.sleep(settle)
+            if prepare is not None:
+                prepare()
             start = time.perf_counter()
             for _ in range(number):
                 fn()

@@ -307,20 +307,85 @@ def compiled_functional_collectives():
     _close(compiled(x.to(DEV), w.to(DEV)), want, atol=1e-4, rtol=1e-4)
 
 
+def _raises_mismatch(call, what: str) -> None:
+    try:
+        call()
+    except ValueError as e:
+        assert "mismatched collective" in str(e), e
+    else:
+        raise AssertionError(f"no error for {what}")
+
+
 @scenario
 def mismatch_raises():
     rank, world = _rank_world()
     for t in (torch.ones(3 + rank, device=DEV),
               torch.ones(3, device=DEV, dtype=torch.float32 if rank == 0 else torch.int32)):
-        try:
-            dist.all_reduce(t)
-        except ValueError as e:
-            assert "mismatched collective" in str(e), e
-        else:
-            raise AssertionError(f"no error for a mismatched all_reduce of {t.dtype}{list(t.shape)}")
+        _raises_mismatch(lambda: dist.all_reduce(t), f"a mismatched all_reduce of {t.dtype}{list(t.shape)}")
     t = torch.ones(3, device=DEV)
+    _raises_mismatch(lambda: dist.broadcast(t, src=rank), "a broadcast from a different root on each rank")
+    _raises_mismatch(lambda: dist.reduce(t, dst=0, op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX),
+                     "a reduce with a different op on each rank")
     dist.all_reduce(t)  # the group still works afterwards
     _close(t, torch.full((3,), float(world)))
+
+
+@scenario
+def predicted_all_reduce():
+    """Repeated all_reduces carry their check in their data (torchneuron.distributed.
+    piggyback): results stay exact for every op and header dtype, a mispredicted
+    collective that all ranks agree on runs, and a mismatch raises on every rank whether
+    a rank repeated the prediction or not, in either size direction, leaving the group
+    usable."""
+    rank, world = _rank_world()
+
+    def repeat(n=4, op=dist.ReduceOp.SUM, dtype=torch.float32, size=4):
+        for _ in range(n):
+            t = _value(rank, size, dtype).to(DEV)
+            dist.all_reduce(t, op=op)
+        stacked = torch.stack([_value(r, size, dtype) for r in range(world)])
+        want = {dist.ReduceOp.SUM: lambda: stacked.sum(0, dtype=dtype),
+                dist.ReduceOp.AVG: lambda: stacked.sum(0, dtype=dtype) / world,
+                dist.ReduceOp.MIN: lambda: stacked.min(0).values,
+                dist.ReduceOp.MAX: lambda: stacked.max(0).values,
+                dist.ReduceOp.PRODUCT: lambda: stacked.prod(0, dtype=dtype)}[op]()
+        _close(t, want)
+
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MIN, dist.ReduceOp.MAX,
+               dist.ReduceOp.PRODUCT):
+        repeat(op=op)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.uint8, torch.int32, torch.int64):
+        repeat(dtype=dtype)
+        repeat(op=dist.ReduceOp.PRODUCT, dtype=dtype)
+    repeat(op=dist.ReduceOp.MIN, dtype=torch.int64)
+    # A rank's CPU tensor of the predicted collective takes part like a `neuron` one.
+    repeat(n=4, size=6)
+    c = _value(rank, 6) if rank == 0 else _value(rank, 6).to(DEV)
+    dist.all_reduce(c)
+    _close(c, torch.stack([_value(r, 6) for r in range(world)]).sum(0))
+    # Alternating sizes (DDP's buckets): each transition is predicted after a round.
+    for _ in range(3):
+        repeat(n=1, size=5)
+        repeat(n=1, size=7)
+    # A misprediction every rank agrees on runs as an ordinary all_reduce.
+    repeat(n=4, size=6)
+    repeat(n=1, size=9)
+    # Mismatches after a prediction: rank 0 repeats it, the others do not; the others'
+    # tensor larger or smaller; also all ranks differing from the prediction.
+    predictor = dist.group.WORLD._get_backend(DEV)._predictor
+    for sizes in ([6] + [8] * (world - 1), [6] + [3] * (world - 1), [2 + r for r in range(world)]):
+        repeat(n=4, size=6)
+        assert predictor.predict() is not None, "4 repeats left no prediction"
+        t = torch.ones(sizes[rank], device=DEV)
+        _raises_mismatch(lambda: dist.all_reduce(t), f"a mismatched all_reduce after a prediction, sizes {sizes}")
+        repeat(n=1, size=6)  # the group still works
+    # The rank that repeated the prediction learns of the mismatch when it waits.
+    repeat(n=4, size=6)
+    t = torch.ones(6 if rank == 0 else 5, device=DEV)
+    _raises_mismatch(lambda: dist.all_reduce(t, async_op=True).wait(),
+                     "a mismatched async all_reduce after a prediction")
+    assert t.cpu().eq(1).all(), "a failed all_reduce changed its tensor"
+    repeat(n=2, size=6)
 
 
 @scenario

@@ -26,14 +26,15 @@ WORKER = REPO / "tests" / "dist_worker.py"
 
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast_reduce_gather_scatter",
                "all_to_all", "point_to_point", "coalesced", "functional_collectives",
-               "compiled_functional_collectives", "mismatch_raises", "dtensor", "ddp_features"]
+               "compiled_functional_collectives", "mismatch_raises", "predicted_all_reduce", "dtensor",
+               "ddp_features"]
 # CI runs FSDP2 training (with the checkpoint round trip) on two ranks and a sample of
 # the collectives on four (within the suite's time budget); DDP and tensor-parallel
 # training (DDP's features are in ddp_features, DTensor in dtensor) and the other
 # four-rank cases are --runslow.
 TRAINING_CI = ["gpt_fsdp2_and_checkpoint"]
 TRAINING_SLOW = ["gpt_ddp", "gpt_tp"]
-FOUR_CI = ["all_reduce", "reduce_scatter", "all_to_all", "point_to_point"]
+FOUR_CI = ["all_reduce", "reduce_scatter", "all_to_all", "point_to_point", "predicted_all_reduce"]
 FOUR_SLOW = [name for name in COLLECTIVES if name not in FOUR_CI]
 
 pytestmark = pytest.mark.timeout(900)
@@ -229,6 +230,57 @@ def test_host_pool_reuses_only_unshared_buffers():
         del free
     assert held.data_ptr() not in ptrs and len(ptrs) == 1
     assert small._free_bytes == 64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8,
+                                   torch.int32, torch.int64])
+@pytest.mark.parametrize("op", ["SUM", "PRODUCT", "MIN", "MAX"])
+def test_piggyback_header_holds_every_rank_digest(dtype, op):
+    """Each rank's header row survives the reduction exactly (the others hold its
+    identity), for every dtype and op a predicted all_reduce carries its check in."""
+    from torchneuron.distributed import metadata, piggyback
+
+    world = 3
+    options = dist.AllreduceOptions()
+    options.reduceOp = getattr(dist.ReduceOp, op)  # a ReduceOp, as the backend receives it
+    reduce_op = options.reduceOp
+    digests = [metadata.digest(f"allreduce(x{r})") for r in range(world)] + [-1, 2**63 - 1]
+    headers = []
+    for r in range(world):
+        h = torch.empty(piggyback.header_len(world), dtype=dtype)
+        piggyback.write_header(h, r, digests[r], reduce_op)
+        headers.append(h)
+    stacked = torch.stack(headers).to(torch.float64 if dtype.is_floating_point else torch.int64)
+    reduced = {"SUM": lambda: stacked.sum(0), "PRODUCT": lambda: stacked.prod(0),
+               "MIN": lambda: stacked.min(0).values, "MAX": lambda: stacked.max(0).values}[op]().to(dtype)
+    assert piggyback.read_header(reduced) == [piggyback.pieces(d) for d in digests[:world]]
+    assert piggyback.pieces(-1) == (255,) * 8 and piggyback.spec([torch.ones(2, dtype=dtype)], reduce_op)
+
+
+def test_piggyback_predicts_repeats_only():
+    from torchneuron.distributed import piggyback
+
+    spec = piggyback.Spec(4, torch.float32, dist.ReduceOp.SUM)
+    p = piggyback.Predictor()
+    for text in ("a", "a"):
+        assert p.predict() is None
+        p.record(text, spec)
+    assert p.predict() is None  # a->a seen once
+    p.record("a", spec)
+    assert p.predict()[0] == "a"  # a->a twice in a row
+    p.record("b", spec)  # a->b replaces it, unconfirmed
+    assert p.predict() is None
+    for text in ("a", "b", "a", "b", "a"):
+        p.record(text, spec)
+    assert p.predict()[0] == "b"
+    p.record("c", None)  # not carried: never predicted
+    p.record("a", spec)
+    p.record("c", None)
+    p.record("a", spec)
+    p.record("c", None)
+    assert p.predict()[0] == "a"  # c->a twice
+    p.record("a", spec)
+    assert p.predict() is None  # a->c twice, but c cannot carry its check
 
 
 @pytest.mark.parametrize("name", COLLECTIVES + TRAINING_CI)

@@ -139,6 +139,10 @@ def markdown(report: dict) -> str:
             out.append(f"- {kind} {check}: (name, dtype) pairs passing with no CPU fallback: {_pct(r)}; "
                        f"failing {r.get('failing', 0)} (expected {r.get('xfail', 0)}), "
                        f"CPU fallback {r.get('cpu_fallback', 0)}, no sample CPU accepts {r.get('no_samples', 0)}.")
+    out += ["", "## Platform differences", "",
+            "Expected failures outside the sweeps' samples, from the platform below the lowerings "
+            "(`coverage/expected.py` PLATFORM_DIFFERENCES); each is pinned by a strict-xfail test.", ""]
+    out += [f"- **{name}**: {why} Test: `{test}`." for name, (why, test) in expected.PLATFORM_DIFFERENCES.items()]
     out += ["", "Codes: N native, D decomposed (no CPU fallback), F CPU fallback, x expected failure, "
             "X! unexpected failure, - no sample. Reasons are in the failure lists below.", "",
             "## Core ATen overloads", "", "| overload | status | how |", "|---|---|---|"]

@@ -36,7 +36,8 @@ def describe(name: str, items: Iterable) -> str:
     return f"{name}({', '.join(parts)})"
 
 
-def _digest(text: str) -> int:
+def digest(text: str) -> int:
+    """64-bit digest of a collective's description, as the ranks exchange it."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
@@ -61,7 +62,7 @@ class Checker:
         if self._size == 1:
             return _agreed
         text = describe(name, items)
-        mine = torch.full((1,), _digest(text), dtype=torch.int64)
+        mine = torch.full((1,), digest(text), dtype=torch.int64)
         digests = torch.empty(self._size, dtype=torch.int64)
         work = self._group._allgather_base(digests, mine)
 

@@ -91,13 +91,14 @@ class HostPool:
 
 
 def _whole_storage_on_cpu(device_tensor: torch.Tensor, host: torch.Tensor):
-    """(storage handle, PJRT device) of `device_tensor` if it is all of its storage
-    (contiguous, no offset, no lazy conjugate/negative bit) on XLA:CPU, where device
-    memory is host memory, and `host` is a contiguous CPU tensor of its shape and
-    dtype; None otherwise."""
+    """(storage handle, PJRT device) of `device_tensor` if it is a `neuron` tensor that
+    is all of its storage (contiguous, no offset, no lazy conjugate/negative bit) on
+    XLA:CPU, where device memory is host memory, and `host` is a contiguous CPU tensor
+    of its shape and dtype; None otherwise."""
     from ..runtime import pjrt
 
-    if (device_tensor.dtype != host.dtype or device_tensor.shape != host.shape
+    if (device_tensor.device.type != "neuron" or device_tensor.dtype != host.dtype
+            or device_tensor.shape != host.shape
             or device_tensor.numel() == 0 or device_tensor.is_conj() or device_tensor.is_neg()
             or device_tensor.storage_offset() != 0 or not device_tensor.is_contiguous()
             or not host.is_contiguous()):
