@@ -25,6 +25,7 @@ from torch.testing import assert_close
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torchneuron  # noqa: E402
+from torchneuron.distributed import piggyback  # noqa: E402
 
 DEV = torch.device("neuron")
 SCENARIOS = {}
@@ -47,6 +48,29 @@ def _close(actual, expected, **kw):
 def _value(rank, n=4, dtype=torch.float32):
     """Rank r's input: [r*10 + 1, r*10 + 2, ...]."""
     return torch.arange(1, n + 1, dtype=dtype) + 10 * rank
+
+
+@scenario
+def local_rank_device():
+    """What torchrun users write names this rank's device on every rank, before any
+    `neuron` tensor exists: the device count follows LOCAL_WORLD_SIZE, and set_device,
+    torch.device("neuron", LOCAL_RANK) and init_device_mesh (which sets the device from
+    LOCAL_RANK) work; later scenarios then run on device LOCAL_RANK."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    rank, world = _rank_world()
+    local = int(os.environ["LOCAL_RANK"])
+    assert not torch.neuron.is_initialized(), "a neuron tensor existed before the scenario"
+    mesh = init_device_mesh("neuron", (world,))
+    assert torch.neuron.device_count() == int(os.environ["LOCAL_WORLD_SIZE"])
+    assert torch.neuron.current_device() == local
+    torch.neuron.set_device(local)
+    t = torch.ones(3, device=torch.device("neuron", local))
+    assert torch.ones(1, device=DEV).device == t.device == torch.device("neuron", local)
+    dist.all_reduce(t)
+    _close(t, torch.full((3,), float(world)))
+    assert t.device.index == local
+    assert mesh.get_group().size() == world
 
 
 @scenario
@@ -326,6 +350,10 @@ def mismatch_raises():
     _raises_mismatch(lambda: dist.broadcast(t, src=rank), "a broadcast from a different root on each rank")
     _raises_mismatch(lambda: dist.reduce(t, dst=0, op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX),
                      "a reduce with a different op on each rank")
+    _raises_mismatch(lambda: dist.all_reduce(t, op=dist.ReduceOp.AVG if rank else dist.ReduceOp.SUM),
+                     "an all_reduce averaging on some ranks and summing on others")
+    _raises_mismatch(lambda: dist.barrier() if rank == 0 else dist.all_reduce(t),
+                     "a barrier facing an all_reduce")
     dist.all_reduce(t)  # the group still works afterwards
     _close(t, torch.full((3,), float(world)))
 
@@ -351,15 +379,31 @@ def predicted_all_reduce():
                 dist.ReduceOp.PRODUCT: lambda: stacked.prod(0, dtype=dtype)}[op]()
         _close(t, want)
 
+    def until_predicted(size=4, op=dist.ReduceOp.SUM, dtype=torch.float32):
+        """Repeats an all_reduce until the history predicts it."""
+        text = f"allreduce({str(dtype).replace('torch.', '')}[{size}], {op.name})"
+        for _ in range(2 * piggyback.CONTEXT + 3):
+            prediction = predictor.predict()
+            if prediction is not None and prediction[0] == text:
+                return
+            repeat(n=1, op=op, dtype=dtype, size=size)
+        raise AssertionError(f"repeats of {text} left no prediction")
+
+    def predicted(**kw):
+        """The all_reduce of `kw`, predicted, so that it carries its check."""
+        until_predicted(**kw)
+        repeat(n=1, **kw)
+
+    predictor = dist.group.WORLD._get_backend(DEV)._predictor
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MIN, dist.ReduceOp.MAX,
                dist.ReduceOp.PRODUCT):
-        repeat(op=op)
+        predicted(op=op)
     for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.uint8, torch.int32, torch.int64):
-        repeat(dtype=dtype)
-        repeat(op=dist.ReduceOp.PRODUCT, dtype=dtype)
-    repeat(op=dist.ReduceOp.MIN, dtype=torch.int64)
+        predicted(dtype=dtype)
+        predicted(op=dist.ReduceOp.PRODUCT, dtype=dtype)
+    predicted(op=dist.ReduceOp.MIN, dtype=torch.int64)
     # A rank's CPU tensor of the predicted collective takes part like a `neuron` one.
-    repeat(n=4, size=6)
+    until_predicted(size=6)
     c = _value(rank, 6) if rank == 0 else _value(rank, 6).to(DEV)
     dist.all_reduce(c)
     _close(c, torch.stack([_value(r, 6) for r in range(world)]).sum(0))
@@ -368,24 +412,74 @@ def predicted_all_reduce():
         repeat(n=1, size=5)
         repeat(n=1, size=7)
     # A misprediction every rank agrees on runs as an ordinary all_reduce.
-    repeat(n=4, size=6)
+    until_predicted(size=6)
     repeat(n=1, size=9)
     # Mismatches after a prediction: rank 0 repeats it, the others do not; the others'
     # tensor larger or smaller; also all ranks differing from the prediction.
-    predictor = dist.group.WORLD._get_backend(DEV)._predictor
     for sizes in ([6] + [8] * (world - 1), [6] + [3] * (world - 1), [2 + r for r in range(world)]):
-        repeat(n=4, size=6)
-        assert predictor.predict() is not None, "4 repeats left no prediction"
+        until_predicted(size=6)
         t = torch.ones(sizes[rank], device=DEV)
         _raises_mismatch(lambda: dist.all_reduce(t), f"a mismatched all_reduce after a prediction, sizes {sizes}")
         repeat(n=1, size=6)  # the group still works
     # The rank that repeated the prediction learns of the mismatch when it waits.
-    repeat(n=4, size=6)
+    until_predicted(size=6)
     t = torch.ones(6 if rank == 0 else 5, device=DEV)
     _raises_mismatch(lambda: dist.all_reduce(t, async_op=True).wait(),
                      "a mismatched async all_reduce after a prediction")
     assert t.cpu().eq(1).all(), "a failed all_reduce changed its tensor"
     repeat(n=2, size=6)
+    # Not waited: the failed work's error stays with its wait(), and the next collective
+    # on the same tensor takes part on every rank instead of raising it early.
+    until_predicted(size=6)
+    t = torch.ones(6 if rank == 0 else 5, device=DEV)
+    if rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+    else:
+        _raises_mismatch(lambda: dist.all_reduce(t, async_op=True), "a mismatched async all_reduce")
+    u = t if rank == 0 else torch.ones(6, device=DEV)
+    dist.all_reduce(u)
+    _close(u, torch.full((6,), float(world)))
+    if rank == 0:
+        _raises_mismatch(work.wait, "a failed async all_reduce waited after a later collective")
+    # While an all_reduce is predicted, every collective takes part in its exchange: a
+    # different collective on some ranks raises on all of them ...
+    others = {
+        "broadcast": lambda: dist.broadcast(torch.ones(6, device=DEV), src=0),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.empty(6 * world, device=DEV),
+                                                                      torch.ones(6, device=DEV)),
+        "all_gather": lambda: dist.all_gather([torch.empty(6, device=DEV) for _ in range(world)],
+                                              torch.ones(6, device=DEV)),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(torch.empty(6, device=DEV),
+                                                                    torch.ones(6 * world, device=DEV)),
+        "reduce": lambda: dist.reduce(torch.ones(6, device=DEV), dst=0),
+        "barrier": dist.barrier,
+    }
+    for name, call in others.items():
+        until_predicted(size=6)
+        _raises_mismatch(lambda: dist.all_reduce(torch.ones(6, device=DEV)) if rank == 0 else call(),
+                         f"{name} on ranks 1.. facing the predicted all_reduce on rank 0")
+        _raises_mismatch(lambda: call() if rank == 0 else dist.all_reduce(torch.ones(6, device=DEV)),
+                         f"{name} on rank 0 facing the predicted all_reduce on ranks 1..")
+        repeat(n=1, size=6)
+    # ... and the same collective on every rank runs, with its own results.
+    until_predicted(size=6)
+    b = torch.full((6,), float(rank), device=DEV)
+    dist.broadcast(b, src=world - 1)
+    _close(b, torch.full((6,), float(world - 1)))
+    g = torch.empty(6 * world, device=DEV)
+    dist.all_gather_into_tensor(g, _value(rank, 6).to(DEV))
+    _close(g, torch.cat([_value(r, 6) for r in range(world)]))
+    dist.barrier()
+    # A loop of all_reduces and a broadcast is learned whole: the broadcast is then not
+    # mispredicted, and both all_reduces are.
+    for _ in range(2 * piggyback.CONTEXT):
+        repeat(n=2, size=6)
+        dist.broadcast(b, src=0)
+    for _ in range(2):
+        assert predictor.predict() is not None and "float32[6]" in predictor.predict()[0]
+        repeat(n=2, size=6)
+        assert predictor.predict() is None, "a broadcast is predicted as an all_reduce"
+        dist.broadcast(b, src=0)
 
 
 @scenario

@@ -37,7 +37,7 @@ def key_of(lowered) -> str:
     return h.hexdigest()
 
 
-def _read(path: str, lowered):
+def _read(path: str, lowered, device):
     with open(path, "rb") as f:
         blob = f.read()
     if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 32:
@@ -45,7 +45,9 @@ def _read(path: str, lowered):
     digest, payload = blob[len(_MAGIC):len(_MAGIC) + 32], blob[len(_MAGIC) + 32:]
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch")
-    return serialize_executable.deserialize_and_load(payload, lowered.in_tree, lowered.out_tree)
+    # Without execution_devices it would be loaded for all of the client's devices.
+    return serialize_executable.deserialize_and_load(payload, lowered.in_tree, lowered.out_tree,
+                                                     execution_devices=[device])
 
 
 def _write(path: str, compiled) -> None:
@@ -70,12 +72,13 @@ def _write(path: str, compiled) -> None:
             os.unlink(tmp)
 
 
-def load_or_compile(lowered):
-    """(compiled executable, whether it came from the disk cache) for a `jax.stages.Lowered`."""
+def load_or_compile(lowered, device):
+    """(compiled executable, whether it came from the disk cache) for a `jax.stages.Lowered`
+    whose arguments live on the one PJRT `device`, which the executable runs on."""
     path = os.path.join(directory(), key_of(lowered) + ".bin")
     if os.path.exists(path):
         try:
-            return _read(path, lowered), True
+            return _read(path, lowered, device), True
         except Exception as e:  # any unreadable entry is recompiled, never fatal
             log.warning("torchneuron: discarding unreadable executable cache entry %s (%s)", path, e)
     # JAX's own persistent cache must stay off in this process (torchneuron never turns

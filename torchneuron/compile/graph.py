@@ -27,7 +27,7 @@ import torch.fx
 from .. import config, metrics, profiler
 from ..eager import executor
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
-from ..runtime import checks, dtypes, storage, transfer, views
+from ..runtime import checks, dtypes, pjrt, storage, transfer, views
 from . import cache, flex_attention, mutation
 
 log = logging.getLogger("torchneuron")
@@ -185,9 +185,9 @@ class GraphExecutable:
             device = torch.neuron.current_device()
         geometry = tuple(geometry)
         extra = list(executor._rng_state([], [], device)) if self.random else []
-        key = (geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")))
+        key = (geometry, tuple(b.dtype for b in bufs if hasattr(b, "dtype")), device)
         if key not in self._execs:
-            self._execs[key] = self._compile(geometry, bufs + extra)
+            self._execs[key] = self._compile(geometry, bufs + extra, device)
         fn, check_info = self._execs[key]
         metrics.count("graph_executions")
         with profiler.record(f"neuron::graph::{self.name}"):
@@ -235,8 +235,9 @@ class GraphExecutable:
         with torch.no_grad():
             target.copy_(staged)
 
-    def _compile(self, geometry, example):
-        """(compiled executable, [(exception type, message)] of its check outputs)."""
+    def _compile(self, geometry, example, device: int):
+        """(compiled executable for `neuron:device`, [(exception type, message)] of its
+        check outputs)."""
         start = time.perf_counter()
         found = []
         with profiler.record(f"neuron::compile_graph::{self.name}"):
@@ -251,7 +252,7 @@ class GraphExecutable:
             lowered = jitted.lower(*example)
             if config.DUMP_DIR:
                 self._dump(lowered)
-            compiled, hit = cache.load_or_compile(lowered)
+            compiled, hit = cache.load_or_compile(lowered, pjrt.device(device))
         metrics.count("graph_cache_hits" if hit else "graph_cache_misses")
         metrics.count("graphs_compiled")
         metrics.add_time("graph_compile_seconds", time.perf_counter() - start)

@@ -7,9 +7,9 @@ store, and copies the results back in place (`copy_`, so views and strides of th
 caller's tensors are respected) when the work handle is waited on. CPU tensors go to
 gloo unchanged, so one process group serves both devices.
 
-Before each collective the ranks exchange the (collective, dtype, shape) of their
-tensors over gloo (one small all_gather, in flight while the inputs are copied to the
-host), so that mismatched collectives raise
+Before each collective (barrier included) the ranks exchange the (collective, dtype,
+shape, reduce op, root) of their tensors over gloo (one small all_gather, in flight
+while the inputs are copied to the host), so that mismatched collectives raise
 `ValueError` on every rank instead of corrupting data or hanging. An all_reduce that
 the ranks' shared history predicts carries this check inside its own data instead, so
 it costs no extra exchange (`piggyback`). A result that fills
@@ -273,15 +273,16 @@ class NeuronBackend(c10d.Backend):
 
     # -- helpers ------------------------------------------------------------------
     def _staged(self, name: str, run: Callable, inputs, outputs, inplace=(),
-                epilogue: Optional[Callable[[], None]] = None, check=None, checked: bool = True) -> StagedWork:
+                epilogue: Optional[Callable[[], None]] = None, check=None,
+                spec: Optional[piggyback.Spec] = None) -> StagedWork:
         """Stages `inputs` (read) and `outputs` (written) to the host, runs `run` on
         the host versions and returns the work that copies `outputs` back. `inplace`
         are tensors both read and written (e.g. all_reduce's). `check` is the
         metadata every rank must agree on (default: all tensors' dtypes and shapes);
-        `checked=False` when the ranks are known to agree already."""
+        `spec` is the collective's `piggyback.Spec` where it has one."""
         self._after_pending_writes(_flatten(inplace) + _flatten(inputs) + _flatten(outputs))
-        agreed = (self._check.begin(name, check if check is not None else (inplace, inputs, outputs))
-                  if checked else metadata._agreed)
+        agreed = self._agree(metadata.describe(name, check if check is not None else (inplace, inputs, outputs)),
+                             spec)
         host_of = {}
 
         def host(t, fill):
@@ -303,6 +304,41 @@ class NeuronBackend(c10d.Backend):
                                                          list({id(h): h for h in staged}.values()))),
                                  written)
 
+    def _agree(self, text: str, spec: Optional[piggyback.Spec] = None) -> Callable[[], None]:
+        """Starts the ranks' agreement that each is about to run the collective
+        described by `text`; the returned function finishes it, raising `ValueError` on
+        every rank if they differ, and must be called before the collective is issued.
+        While the history predicts an all_reduce, the agreement is that prediction's
+        exchange, run with zeros (see `piggyback`): every rank's first exchange must be
+        the same one, whichever collective it runs."""
+        if self._size == 1:
+            return metadata.agreed
+        predicted = self._predictor.predict()
+        if predicted is None:
+            finish = self._check.begin(text)
+
+            def agreed() -> None:
+                finish()
+                self._predictor.record(text, spec)
+            return agreed
+        predicted_text, predicted_spec = predicted
+        mine = metadata.digest(text)
+        numel, header_len = predicted_spec.numel, piggyback.header_len(self._size)
+        flat = torch.zeros(numel + header_len, dtype=predicted_spec.dtype)
+        piggyback.write_header(flat[numel:], self._rank, mine, predicted_spec.op)
+        opts = c10d.AllreduceOptions()
+        opts.reduceOp = predicted_spec.op
+        self._gloo.allreduce([flat], opts).wait()
+        found = piggyback.read_header(flat[numel:])
+        if any(d != found[0] for d in found):
+            predicted_pieces = piggyback.pieces(metadata.digest(predicted_text))
+            if predicted_pieces in found:
+                self._predictor.record(predicted_text, predicted_spec)  # as the ranks that ran it did
+            raise piggyback.mismatch(self._rank, found, {piggyback.pieces(mine): text,
+                                                         predicted_pieces: predicted_text})
+        self._predictor.record(text, spec)
+        return metadata.agreed
+
     def _after_pending_writes(self, tensors) -> None:
         """Waits for the unfinished works that write the storage of one of `tensors`
         (`neuron` ones): their results reach the device only in `wait()`, and a
@@ -312,7 +348,13 @@ class NeuronBackend(c10d.Backend):
             if _is_neuron(t):
                 work = self._writing.get(t.untyped_storage().data_ptr())
                 if work is not None and not work._done:
-                    work.wait()
+                    try:
+                        work.wait()
+                    except ValueError:
+                        # A mismatch found by that work's own check belongs to its
+                        # wait(), which raises it again; raised here, this collective
+                        # would not take part and the other ranks would hang in it.
+                        pass
 
     def _note_writes(self, work: StagedWork, written) -> StagedWork:
         """Records `work` as the latest writer of its `neuron` tensors' storages until
@@ -348,58 +390,39 @@ class NeuronBackend(c10d.Backend):
 
     # -- collectives ----------------------------------------------------------------
     def allreduce(self, tensors, opts):
+        check = (tensors, [opts.reduceOp.op.name])  # before AVG becomes SUM
         epilogue = self._avg_epilogue(opts, tensors)
-        check = (tensors, [opts.reduceOp.op.name])
         text = metadata.describe("allreduce", check)
         predicted = self._predictor.predict() if self._size > 1 else None
-        if predicted is not None:
-            return self._piggybacked(text, predicted, tensors, opts, epilogue)
-        work = self._staged("allreduce", lambda io, i, o: self._gloo.allreduce(io, opts),
-                            (), (), inplace=tensors, epilogue=epilogue, check=check)
-        self._predictor.record(text, piggyback.spec(tensors, opts.reduceOp))
-        return work
+        if predicted is not None and predicted[0] == text:
+            return self._piggybacked(text, predicted[1], tensors, opts, epilogue)
+        return self._staged("allreduce", lambda io, i, o: self._gloo.allreduce(io, opts),
+                            (), (), inplace=tensors, epilogue=epilogue, check=check,
+                            spec=piggyback.spec(tensors, opts.reduceOp))
 
-    def _piggybacked(self, text: str, predicted, tensors, opts, epilogue) -> StagedWork:
-        """all_reduce when the ranks predict the same all_reduce: its check travels in
-        the data's buffer (see `piggyback`)."""
-        predicted_text, spec = predicted
+    def _piggybacked(self, text: str, spec: piggyback.Spec, tensors, opts, epilogue) -> StagedWork:
+        """The predicted all_reduce: its check travels in the data's buffer (see
+        `piggyback`); a mismatch raises when the work is waited."""
         mine = metadata.digest(text)
-        known = {piggyback.pieces(mine): text, piggyback.pieces(metadata.digest(predicted_text)): predicted_text}
         header_len = piggyback.header_len(self._size)
-        if text == predicted_text:
-            (t,) = tensors
-            self._after_pending_writes(tensors)
-            flat = _POOL.acquire((spec.numel + header_len,), spec.dtype)
-            host = flat[:spec.numel].view(t.shape)
-            if not staging.read(t, host):
-                with torch.no_grad():
-                    host.copy_(t)
-            header = flat[spec.numel:]
-            piggyback.write_header(header, self._rank, mine, opts.reduceOp)
-            inner = self._gloo.allreduce([flat], opts)
-            self._predictor.record(text, spec)
+        (t,) = tensors
+        self._after_pending_writes(tensors)
+        flat = _POOL.acquire((spec.numel + header_len,), spec.dtype)
+        host = flat[:spec.numel].view(t.shape)
+        if not staging.read(t, host):
+            with torch.no_grad():
+                host.copy_(t)
+        header = flat[spec.numel:]
+        piggyback.write_header(header, self._rank, mine, opts.reduceOp)
+        inner = self._gloo.allreduce([flat], opts)
+        self._predictor.record(text, spec)
 
-            def verify() -> None:
-                found = piggyback.read_header(header)
-                if any(d != found[0] for d in found):
-                    raise piggyback.mismatch(self._rank, found, known)
-            work = StagedWork([inner], [(t, host)], list(tensors), epilogue, [flat], verify)
-            return self._note_writes(self._record(work), tensors)
-        # Not the prediction: the predicted exchange, with zeros, tells what each rank runs.
-        flat = torch.zeros(spec.numel + header_len, dtype=spec.dtype)
-        piggyback.write_header(flat[spec.numel:], self._rank, mine, spec.op)
-        replay_opts = c10d.AllreduceOptions()
-        replay_opts.reduceOp, replay_opts.timeout = spec.op, opts.timeout
-        self._gloo.allreduce([flat], replay_opts).wait()
-        found = piggyback.read_header(flat[spec.numel:])
-        if any(d != found[0] for d in found):
-            if piggyback.pieces(metadata.digest(predicted_text)) in found:
-                self._predictor.record(predicted_text, spec)  # as the ranks that ran it did
-            raise piggyback.mismatch(self._rank, found, known)
-        work = self._staged("allreduce", lambda io, i, o: self._gloo.allreduce(io, opts),
-                            (), (), inplace=tensors, epilogue=epilogue, checked=False)
-        self._predictor.record(text, piggyback.spec(tensors, opts.reduceOp))
-        return work
+        def verify() -> None:
+            found = piggyback.read_header(header)
+            if any(d != found[0] for d in found):
+                raise piggyback.mismatch(self._rank, found, {piggyback.pieces(mine): text})
+        work = StagedWork([inner], [(t, host)], list(tensors), epilogue, [flat], verify)
+        return self._note_writes(self._record(work), tensors)
 
     def allreduce_coalesced(self, tensors, opts):
         # gloo coalesces tensors of one dtype only: one gloo call per dtype.
@@ -410,11 +433,12 @@ class NeuronBackend(c10d.Backend):
         for group in by_dtype.values():
             group_opts = c10d.AllreduceCoalescedOptions()
             group_opts.reduceOp, group_opts.timeout = opts.reduceOp, opts.timeout
+            check = (group, [opts.reduceOp.op.name])
             epilogue = self._avg_epilogue(group_opts, group)
             works.append(self._staged(
                 "allreduce_coalesced",
                 lambda io, i, o, group_opts=group_opts: self._gloo.allreduce_coalesced(io, group_opts),
-                (), (), inplace=group, epilogue=epilogue))
+                (), (), inplace=group, epilogue=epilogue, check=check))
         if len(works) == 1:
             return works[0]
         return StagedWork(works, [], list(tensors))
@@ -424,12 +448,12 @@ class NeuronBackend(c10d.Backend):
                             (), (), inplace=tensors, check=(tensors, [f"root {opts.rootRank}"]))
 
     def reduce(self, tensors, opts):
+        check = (tensors, [opts.reduceOp.op.name, f"root {opts.rootRank}"])
         epilogue = self._avg_epilogue(opts, tensors) if self._rank == opts.rootRank else None
         if opts.reduceOp == _AVG:
             opts.reduceOp = _SUM
         return self._staged("reduce", lambda io, i, o: self._gloo.reduce(io, opts),
-                            (), (), inplace=tensors, epilogue=epilogue,
-                            check=(tensors, [opts.reduceOp.op.name, f"root {opts.rootRank}"]))
+                            (), (), inplace=tensors, epilogue=epilogue, check=check)
 
     def allgather(self, output_lists, inputs, opts):
         return self._staged("allgather", lambda io, i, o: self._gloo.allgather(o, i, opts),
@@ -455,31 +479,34 @@ class NeuronBackend(c10d.Backend):
     def gather(self, output_lists, inputs, opts):
         return self._staged("gather", lambda io, i, o: self._gloo.gather(o, i, opts),
                             inputs, output_lists,
-                            check=(inputs,))
+                            check=(inputs, [f"root {opts.rootRank}"]))
 
     def scatter(self, outputs, input_lists, opts):
         return self._staged("scatter", lambda io, i, o: self._gloo.scatter(o, i, opts),
-                            input_lists, outputs, check=(outputs,))
+                            input_lists, outputs, check=(outputs, [f"root {opts.rootRank}"]))
 
     def reduce_scatter(self, outputs, input_lists, opts):
+        check = (input_lists, outputs, [opts.reduceOp.op.name])
         epilogue = self._avg_epilogue(opts, outputs)
         return self._staged("reduce_scatter",
                             lambda io, i, o: self._gloo.reduce_scatter(o, i, opts),
-                            input_lists, outputs, epilogue=epilogue)
+                            input_lists, outputs, epilogue=epilogue, check=check)
 
     def reduce_scatter_single(self, output, input, opts):
+        check = ([input], [output], [opts.reduceOp.op.name])
         epilogue = self._avg_epilogue(opts, [output])
         return self._staged("reduce_scatter_single",
                             lambda io, i, o: self._gloo._reduce_scatter_base(o[0].view(-1),
                                                                              i[0].view(-1), opts),
-                            [input], [output], epilogue=epilogue)
+                            [input], [output], epilogue=epilogue, check=check)
 
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        check = (inputs, outputs, [opts.reduceOp.op.name])
         epilogue = self._avg_epilogue(opts, outputs)
         return self._staged("reduce_scatter_single_coalesced",
                             lambda io, i, o: self._gloo.reduce_scatter_single_coalesced(o, i, opts),
-                            inputs, outputs, epilogue=epilogue)
+                            inputs, outputs, epilogue=epilogue, check=check)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         return self._staged(
@@ -539,6 +566,9 @@ class NeuronBackend(c10d.Backend):
         return work if fill else self._note_writes(work, tensors)
 
     def barrier(self, opts):
+        # Agreed like any collective: a barrier facing another rank's all_reduce would
+        # otherwise pair gloo operations of different kinds.
+        self._agree(metadata.describe("barrier", ()))()
         return self._record(StagedWork([self._gloo.barrier(opts)], [], []))
 
     def set_timeout(self, timeout: datetime.timedelta) -> None:

@@ -42,8 +42,8 @@ def digest(text: str) -> int:
 
 
 class Checker:
-    """Cross-rank agreement on collectives for `group` (a gloo `Backend`): `begin(name,
-    items)` starts the exchange and returns a function that waits for it and raises
+    """Cross-rank agreement on collectives for `group` (a gloo `Backend`): `begin(text)`
+    starts the exchange and returns a function that waits for it and raises
     `ValueError` on every rank unless all ranks describe the same collective."""
 
     def __init__(self, group, rank: int, size: int):
@@ -56,12 +56,11 @@ class Checker:
         self._group._allgather_base(out, tensor).wait()
         return out.view(self._size, -1)
 
-    def begin(self, name: str, items) -> Callable[[], None]:
-        """Issues the exchange of this rank's digest of `describe(name, items)`; the
-        returned function must be called before the collective itself is issued."""
+    def begin(self, text: str) -> Callable[[], None]:
+        """Issues the exchange of this rank's digest of `text` (a `describe` result);
+        the returned function must be called before the collective itself is issued."""
         if self._size == 1:
-            return _agreed
-        text = describe(name, items)
+            return agreed
         mine = torch.full((1,), digest(text), dtype=torch.int64)
         digests = torch.empty(self._size, dtype=torch.int64)
         work = self._group._allgather_base(digests, mine)
@@ -83,5 +82,5 @@ class Checker:
                          f"differ): {lines}")
 
 
-def _agreed() -> None:
+def agreed() -> None:
     """A world of one agrees with itself."""

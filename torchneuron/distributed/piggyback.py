@@ -1,33 +1,38 @@
 """all_reduce whose cross-rank check travels inside its own data, for repeated
-all_reduces.
+collective sequences.
 
 The separate check (`metadata.Checker`) is one more exchange per collective; on a
 loaded machine each exchange costs both processes a wake-up, about as much as a 1 MB
 all_reduce itself. It cannot simply ride along with the data: gloo, given buffers of
 different sizes on different ranks, waits for bytes that never come.
 
-So the ranks agree on the size in advance. Every rank keeps the same history of agreed
-all_reduces (`Predictor`), and from it the same prediction of the next one: the one
-that followed the last all_reduce the last two times. When there is a prediction, every
-rank all_reduces a buffer of the predicted collective's size: its data if its own
-collective is the prediction, zeros otherwise, followed by a header in which each rank
-writes the digest of its own description into its row and the reduction's identity
-into the others (`write_header`), so that the reduced header holds every rank's digest.
-Sizes always agree, and every rank learns every rank's digest:
+So the ranks agree on the size in advance. Every rank keeps the same history of the
+collectives the group agreed on (`Predictor`), and from it the same prediction of the
+next one: the collective that followed the same recent collectives the last two times
+(the longest such context seen, up to `CONTEXT` collectives). When the prediction is an all_reduce that can carry its check (`spec`), every
+collective of every rank starts with an all_reduce of the predicted size: a rank whose
+collective is the prediction all_reduces its data, any other rank zeros, each followed
+by a header in which each rank writes the digest of its own description into its row
+and the reduction's identity into the others (`write_header`), so that the reduced
+header holds every rank's digest. Sizes always agree, and every rank learns every
+rank's digest:
 
 - all digests are the prediction's: the data is the result (the common case: one
   exchange, no separate check);
-- all digests are equal but not the prediction's (a misprediction): each rank then
-  runs its collective without a further check, since all agree;
+- all digests are equal but not the prediction's (a misprediction, which costs one
+  all_reduce of the predicted size): each rank then runs its collective without a
+  further check, since all agree;
 - digests differ: every rank raises `ValueError` (a rank whose collective was the
   prediction, when it waits for the result).
 
 Each rank updates its history by the same rule from what every rank learns, so
-predictions stay equal on every rank.
+predictions stay equal on every rank. Point-to-point operations are not collectives
+and take no part.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -47,9 +52,14 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uin
           torch.int64)
 _OPS = {"SUM", "PRODUCT", "MIN", "MAX"}
 
-#: Agreed all_reduces remembered before the history restarts (at the same call on
-#: every rank, so predictions stay equal).
-MAX_ENTRIES = 1024
+#: Contexts remembered before the history restarts (at the same call on every rank, so
+#: predictions stay equal).
+MAX_ENTRIES = 8192
+
+#: Most collectives a prediction is keyed on. One is not enough: DDP's equal-sized
+#: buckets make patterns such as A A A B, where "after A" is A three times and B once,
+#: and each B would be mispredicted.
+CONTEXT = 8
 
 
 class Spec:
@@ -116,27 +126,47 @@ def mismatch(rank: int, found: List[Tuple[int, ...]], known: Dict[Tuple[int, ...
 
 
 class Predictor:
-    """The agreed history of one process group's all_reduces: which one followed which,
-    and whether that happened twice in a row."""
+    """The agreed history of one process group's collectives: which one followed each
+    context (each of the last 1 to `CONTEXT` descriptions), and whether it did twice in
+    a row.
 
-    def __init__(self, max_entries: int = MAX_ENTRIES):
-        self._next: Dict[str, Tuple[str, Optional[Spec], bool]] = {}
-        self._last: Optional[str] = None
+    The longest confirmed context decides, as in prediction by partial matching, unless
+    a longer context was last followed by something else: a new steady repetition is
+    predicted from its fourth call on (its one-collective context), and a period such
+    as A A A B, once seen twice, by the contexts that tell its steps apart."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, context: int = CONTEXT):
+        self._next: Dict[Tuple[str, ...], Tuple[str, Optional[Spec], bool]] = {}
+        self._recent: Deque[str] = deque(maxlen=context)
         self._max = max_entries
 
+    def _contexts(self):
+        recent = tuple(self._recent)
+        return [recent[-n:] for n in range(len(recent), 0, -1)]
+
     def predict(self) -> Optional[Tuple[str, Spec]]:
-        """(description, spec) of the all_reduce expected next, or None."""
-        entry = self._next.get(self._last) if self._last is not None else None
-        if entry is None or entry[1] is None or not entry[2]:
-            return None
-        return entry[0], entry[1]
+        """(description, spec) of the all_reduce expected next, or None when the next
+        collective is unknown, unconfirmed, or cannot carry its check."""
+        longer = set()  # what followed the longer, unconfirmed contexts last time
+        for key in self._contexts():
+            entry = self._next.get(key)
+            if entry is None:
+                continue
+            text, spec_, confirmed = entry
+            if not confirmed:
+                longer.add(text)
+                continue
+            if spec_ is None or longer - {text}:
+                return None
+            return text, spec_
+        return None
 
     def record(self, text: str, spec_: Optional[Spec]) -> None:
-        """Notes that every rank ran (or, by the rules above, counts as having run)
-        all_reduce `text`."""
-        if len(self._next) >= self._max:
+        """Notes that every rank ran (or, by the rules above, counts as having run) the
+        collective described by `text`; `spec_` is its `Spec` if it can carry its check."""
+        if len(self._next) + len(self._recent) > self._max:
             self._next.clear()
-        if self._last is not None:
-            previous = self._next.get(self._last)
-            self._next[self._last] = (text, spec_, previous is not None and previous[0] == text)
-        self._last = text
+        for key in self._contexts():
+            previous = self._next.get(key)
+            self._next[key] = (text, spec_, previous is not None and previous[0] == text)
+        self._recent.append(text)

@@ -35,6 +35,7 @@ def devices():
     Raises RuntimeError (from JAX) if the platform has no PJRT plugin installed.
     """
     global _init_pid
+    _host_devices_per_local_rank()
     found = tuple(jax.devices(config.PLATFORM) if config.PLATFORM else jax.devices())
     _init_pid = os.getpid()
     from .. import _extension
@@ -43,6 +44,23 @@ def devices():
     for index, d in enumerate(found):
         shim.set_capacity(index, capacity(d))
     return found
+
+
+def _host_devices_per_local_rank() -> None:
+    """Under torchrun (`LOCAL_WORLD_SIZE` processes on this host), gives XLA:CPU one
+    device per local process, as a host with that many accelerators has, so that what
+    launcher users write (``torch.neuron.set_device(local_rank)``,
+    ``torch.device("neuron", local_rank)``, `init_device_mesh`, which sets the device
+    from `LOCAL_RANK`) names a device on every rank. Each process still uses only its
+    own. Left alone when the count was chosen already (`jax_num_cpu_devices`,
+    ``--xla_force_host_platform_device_count``) or JAX's backends already started."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if local <= 1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    from jax._src import xla_bridge
+
+    if jax.config.jax_num_cpu_devices == -1 and not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", local)
 
 
 def capacity(d) -> int:
