@@ -194,3 +194,43 @@ def test_grid_sampler_2d_backward_output_mask():
                                                   [False, True])
     assert got[0] is None and want[0] is None
     torch.testing.assert_close(got[1].cpu(), want[1])
+
+
+# ---------------------------------------------------------------- model sweep finds
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dim", [0, 2, -1])
+def test_weight_norm_backward_runs_natively(dtype, dim):
+    """transformers' HuBERT (weight-normed positional convolution) sent
+    aten::_weight_norm_interface_backward to the CPU fallback."""
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(4, 3, 5, generator=gen, dtype=torch.float64).to(dtype)
+    g_shape = [1, 1, 1]
+    g_shape[dim] = v.shape[dim]
+    g = torch.rand(g_shape, generator=gen, dtype=torch.float64).add(0.5).to(dtype)
+    w_grad = torch.randn(v.shape, generator=gen, dtype=torch.float64).to(dtype)
+
+    def grads(device):
+        vv = v.to(device).detach().requires_grad_(True)
+        gg = g.to(device).detach().requires_grad_(True)
+        torch._weight_norm(vv, gg, dim).backward(w_grad.to(device))
+        return vv.grad.cpu(), gg.grad.cpu()
+
+    want = grads("cpu")
+    with no_fallback():
+        got = grads("neuron")
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_masked_put_of_no_values_with_an_all_false_mask():
+    """transformers' Higgs Audio v2 assigns an empty tensor through an all-False mask:
+    nothing is written, as on CPU; a non-empty mask with no values still raises."""
+    for device in ("cpu", "neuron"):
+        x = torch.arange(6.0, device=device).view(2, 3)
+        x[torch.zeros(2, 3, dtype=torch.bool, device=device)] = torch.empty(0, device=device)
+        assert x.cpu().equal(torch.arange(6.0).view(2, 3))
+        mask = torch.tensor([[True, False, False], [False, False, False]], device=device)
+        with pytest.raises(RuntimeError, match="shape mismatch"):
+            x[mask] = torch.empty(0, device=device)
+            x.cpu()

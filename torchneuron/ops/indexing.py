@@ -289,6 +289,8 @@ def _mask_put(self, p, mask, values, accumulate):
         context().check(nnz == n_vals, RuntimeError,
                         f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
                         f"indexing result with {n_vals} elements in the masked dimension")
+        if n_vals == 0:  # an all-False mask: nothing is written (and nothing to take from)
+            return self
         pos = jnp.clip(jnp.cumsum(mask.reshape(-1)) - 1, 0, n_vals - 1).reshape(mask.shape)
         v = jnp.take(v, pos, axis=p)
     v = jnp.broadcast_to(v, self.shape)

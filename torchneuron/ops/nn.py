@@ -365,6 +365,22 @@ def _affine_backward(g, x_hat, rstd, w, axes):
                    - x_hat * jnp.mean(dxhat * x_hat, axis=axes, keepdims=True))
 
 
+@lowering(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """aten::_weight_norm_interface_backward: (grad_v, grad_g) of w = v * g / ||v||, the
+    norm taken over every dim but `dim`; `saved_g` and `saved_norms` keep `v`'s rank
+    with size 1 outside `dim`. ATen's WeightNorm.cpp formulas, half precision in
+    float32: s = sum(grad_w * v), grad_g = s / norm, grad_v = g / norm * (grad_w - v * s
+    / norm^2)."""
+    gw, v = _acc(grad_w), _acc(saved_v)
+    axes = tuple(i for i in range(v.ndim) if i != dim % max(v.ndim, 1))
+    sums = jnp.sum(gw * v, axis=axes, keepdims=True)
+    norm = _acc(saved_norms).reshape(sums.shape)
+    g = _acc(saved_g).reshape(sums.shape)
+    grad_v = g / norm * (gw - v * (sums / (norm * norm)))
+    return grad_v, (sums / norm).reshape(saved_g.shape)
+
+
 @lowering(aten.native_layer_norm.default)
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     """aten::native_layer_norm: (out, mean, rstd) normalizing the trailing
