@@ -63,6 +63,26 @@ def test_page_escapes_messages():
     assert page.count('<td class="pass">pass</td>') == 4 + 2 + 2 + 2
 
 
+def test_recorded_causes_show_beside_their_failures(monkeypatch):
+    from torchneuron.sweep import triage
+
+    monkeypatch.setattr(triage, "CAUSES", {("transformers/c", "backward"): "a kink <here>",
+                                           ("timm/a", "backward"): "fixed since"})
+    page = report.render_html(RESULTS)
+    assert "backward cause: a kink &lt;here&gt;" in page
+    assert "fixed since" not in page  # timm/a passes: no cause shown
+    assert triage.stale(RESULTS) == [("timm/a", "backward")]
+
+
+def test_committed_causes_are_for_failures_in_the_committed_results():
+    """A cause left in the table after its failure was fixed would mislabel the page."""
+    from torchneuron.sweep import runner, triage
+
+    results = runner.load(os.path.join(os.path.dirname(__file__), "..", "sweep", "results.json"),
+                          missing_ok=False)
+    assert triage.stale(results) == []
+
+
 # Runs after the page loads: records whether the chart decoded and any script error.
 _PROBE = """<script>
 window.addEventListener("error", e => document.body.dataset.jsError = String(e.message));

@@ -139,7 +139,7 @@ class GraphExecutable:
                 else:
                     low = LOWERINGS[node.target]
                     ctx = Context(outs=_out_specs(node.meta.get("val")), rng=rng, salt=index,
-                                  contiguous=_contiguity(node.args))
+                                  contiguous=_contiguity(node.args), layouts=_layouts(node.args))
                     with tracing(ctx):
                         result = low.fn(*_schema_args(node.target, args, kwargs))
                 for ok, exc_type, message in ctx.checks:
@@ -271,6 +271,13 @@ def _contiguity(args) -> tuple:
     """Whether each tensor argument of a node is contiguous, from its fake tensor."""
     vals = [a.meta.get("val") for a in args if isinstance(a, torch.fx.Node)]
     return tuple(v.is_contiguous() for v in vals if isinstance(v, torch.Tensor))
+
+
+def _layouts(args) -> tuple:
+    """(stride, storage offset) of each tensor argument of a node, from its fake tensor:
+    where a value sits in the storage it is a view of, which `as_strided` reads."""
+    vals = [a.meta.get("val") for a in args if isinstance(a, torch.fx.Node)]
+    return tuple((tuple(v.stride()), int(v.storage_offset())) for v in vals if isinstance(v, torch.Tensor))
 
 
 def _constant(value):

@@ -131,6 +131,9 @@ class Context:
     # Per tensor argument, in argument order: whether it is contiguous (CPU kernels such
     # as det's choose their output layout by it).
     contiguous: Tuple[bool, ...] = ()
+    # Per tensor argument, where known (compiled graphs): its (stride, storage offset) in
+    # the storage it views, for the ops that address storage (as_strided).
+    layouts: Tuple[Tuple[Tuple[int, ...], int], ...] = ()
     _draws: int = 0
 
     def out(self, i: int = 0) -> OutSpec:

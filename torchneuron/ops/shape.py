@@ -20,6 +20,7 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from ._common import check_scalar
+from . import views
 from .indexing import bucket, host_kernel, lowered
 from .registry import context, lowering
 
@@ -144,15 +145,22 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 
 @lowering(aten.as_strided_scatter.default)
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
-    """`aten::as_strided_scatter`: `self` (as a contiguous buffer) with the window
-    ``as_strided(size, stride, storage_offset)`` overwritten by `src`."""
-    idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
-    for d, (n, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        idx = idx + (np.arange(n) * st).reshape(shape)
-    flat = self.reshape(-1).at[idx.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
-    return flat.reshape(self.shape)
+    """`aten::as_strided_scatter`: `self` with the storage window ``as_strided(size,
+    stride, storage_offset)`` overwritten by `src`, the storage being the one `self`
+    views (in a compiled graph, by its fake tensor's strides and offset; see
+    `views.as_strided`). Every element of `self` at a written storage position takes
+    the value written there, aliases included."""
+    in_stride, in_offset = views.input_layout(self)
+    held = views.storage_positions(self.shape, in_stride, in_offset)
+    written = views.storage_positions(tuple(size), tuple(stride), storage_offset or 0)
+    window = np.full(max(int(held.max(initial=-1)), int(written.max(initial=-1))) + 1, -1, dtype=np.int64)
+    window[written] = np.arange(written.size)
+    source = window[held]
+    flat = self.reshape(-1)
+    if (source < 0).all():
+        return self
+    values = jnp.take(src.reshape(-1).astype(self.dtype), np.maximum(source, 0))
+    return jnp.where(source >= 0, values, flat).reshape(self.shape)
 
 
 # ------------------------------------------------------------------ repeat_interleave

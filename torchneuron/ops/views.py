@@ -88,10 +88,49 @@ def unfold(self, dimension, size, step):
     return jnp.moveaxis(out, dim + 1, -1)
 
 
+def storage_positions(shape, stride, offset: int) -> np.ndarray:
+    """The storage index of each element of a (shape, stride, offset) view, flattened
+    in row-major element order."""
+    idx = np.full(tuple(shape), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, stride)):
+        step = [1] * len(shape)
+        step[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * st).reshape(step)
+    return idx.reshape(-1)
+
+
+def input_layout(value, arg: int = 0):
+    """(stride, storage offset) of tensor argument `arg` in the storage it views: from
+    the graph's fake tensors where known, else the value stands for a contiguous storage
+    of its own."""
+    layouts = context().layouts
+    if arg < len(layouts):
+        return layouts[arg]
+    return tuple(torch.empty(value.shape, device="meta").stride()), 0
+
+
 @lowering(aten.as_strided.default, aten.as_strided_copy.default, eager=False)
 def as_strided(self, size, stride, storage_offset=None):
-    # In a functional graph the input value stands for a contiguous storage.
-    return strided.read(jnp.reshape(self, (-1,)), self.dtype, tuple(size), tuple(stride), storage_offset or 0)
+    """`aten::as_strided` on a value: a window of the storage `self` views. When `self`
+    is itself a non-contiguous view (a permuted graph input), its elements are placed
+    at their storage positions first, as eager reads them. RuntimeError when the window
+    reaches storage that `self` does not cover: the graph holds only `self`'s values."""
+    size, stride, offset = tuple(size), tuple(stride), storage_offset or 0
+    in_stride, in_offset = input_layout(self)
+    if in_offset == 0 and strided.is_contiguous(tuple(self.shape), in_stride):
+        within = offset + sum((n - 1) * st for n, st in zip(size, stride)) < max(self.size, 1)
+        if within or 0 in size:
+            return strided.read(jnp.reshape(self, (-1,)), self.dtype, size, stride, offset)
+    held = storage_positions(self.shape, in_stride, in_offset)
+    wanted = storage_positions(size, stride, offset)
+    element = np.full(max(int(held.max(initial=-1)), int(wanted.max(initial=-1))) + 1, -1, dtype=np.int64)
+    element[held] = np.arange(held.size)
+    source = element[wanted]
+    if (source < 0).any():
+        raise RuntimeError(f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={offset}) in a "
+                           f"compiled graph reads storage outside its input view (shape {list(self.shape)}, "
+                           f"stride {list(in_stride)}, offset {in_offset})")
+    return jnp.take(jnp.reshape(self, (-1,)), source).reshape(size)
 
 
 @lowering(aten.split.Tensor, aten.split_copy.Tensor, eager=False)

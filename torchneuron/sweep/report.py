@@ -15,6 +15,7 @@ import html
 import io
 import string
 
+from . import triage
 from .worker import STAGES
 
 STATUSES = ("pass", "mismatch", "error", "timeout", "fallback", "partial", "skip")
@@ -183,6 +184,8 @@ def render_html(results: dict) -> str:
                 notes.append(f"{s} fallbacks: {', '.join(sorted(e['fallbacks']))}")
             if e.get("criterion"):
                 notes.append(f"{s} passed against the {e['criterion']} (strictly: {e['strict_error']})")
+            if triage.cause(r["model"], s) and e.get("status") != "pass":
+                notes.append(f"{s} cause: {triage.cause(r['model'], s)}")
         times = "/".join(f"{r['stages'].get(s, {}).get('time_s', 0):.1f}" for s in STAGES)
         rows.append("<tr>" + _cell(r["model"]) + _cell(f"{r.get('params', 0):,}") + cells + _cell(times)
                     + f'<td class="msg">{html.escape(" | ".join(notes))}</td></tr>')
