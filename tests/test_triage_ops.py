@@ -234,3 +234,22 @@ def test_masked_put_of_no_values_with_an_all_false_mask():
         with pytest.raises(RuntimeError, match="shape mismatch"):
             x[mask] = torch.empty(0, device=device)
             x.cpu()
+
+
+@pytest.mark.parametrize("msg", [None, "my message"])
+def test_assert_async_runs_natively_and_raises_like_cpu(msg):
+    """timm's Gemma 4 ViT encoder sent aten::_assert_async to the CPU fallback."""
+    def call(t):
+        return torch._assert_async(t) if msg is None else torch._assert_async(t, msg)
+
+    for value in (torch.tensor(3), torch.tensor([True]), torch.tensor(0.5)):
+        with no_fallback():
+            call(value.to("neuron"))
+            torch.neuron.synchronize()
+    for bad in (torch.tensor(0), torch.tensor([1, 2]), torch.tensor([])):
+        with pytest.raises(RuntimeError) as cpu:
+            call(bad)
+        with pytest.raises(RuntimeError) as dev:
+            call(bad.to("neuron"))
+            torch.neuron.synchronize()
+        assert str(dev.value) == str(cpu.value)

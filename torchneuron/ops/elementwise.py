@@ -953,9 +953,25 @@ def zero(self):
     return jnp.zeros(self.shape, self.dtype)
 
 
+def _single_value(self):
+    """RuntimeError (CPU's) unless `self` holds exactly one value."""
+    if self.size == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if self.size > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return jnp.reshape(self, ())
+
+
 @lowering(aten._assert_async.msg)
 def assert_async_msg(self, assert_msg):
-    """`aten::_assert_async.msg`: a device-side check that `self` is nonzero; raises
-    RuntimeError(assert_msg) at the op or the next synchronization point, as CUDA does.
-    Decompositions (one_hot's range check) emit it."""
-    context().check(jnp.asarray(self) != 0, RuntimeError, assert_msg)
+    """`aten::_assert_async.msg`: a device-side check that `self` (one value) is
+    nonzero; raises RuntimeError(assert_msg) at the op or the next synchronization
+    point, as CUDA does. Decompositions (one_hot's range check) emit it."""
+    context().check(_single_value(self) != 0, RuntimeError, assert_msg)
+
+
+@lowering(aten._assert_async.default)
+def assert_async(self):
+    """`aten::_assert_async`: `_assert_async.msg` with CPU's message (timm's Gemma 4
+    ViT encoder calls it in its forward)."""
+    context().check(_single_value(self) != 0, RuntimeError, "Expected Tensor with single nonzero value, but got zero")
