@@ -1,11 +1,16 @@
 """out= and in-place variants on `neuron` against CPU PyTorch: the dtype they compute
 in, the tensors they write and return, resizing of out= tensors, non-contiguous
-targets. The OpInfo sweep's ``out``/``inplace`` checks cover every op on matching
-dtypes; these cases pin the shared mechanism (`eager/executor.py`)."""
+targets, out= tensors of other dtypes than the result. The OpInfo sweep's
+``out``/``inplace`` checks cover every op on matching dtypes; these cases pin the shared
+mechanism (`eager/executor.py`, `eager/out_dtypes.py`)."""
+import warnings
+
 import pytest
 import torch
 
-from helpers import check, check_like_cpu
+from helpers import check, check_like_cpu, no_fallback, to_neuron
+from torchneuron.coverage import expected, out_dtype_sweep
+from torchneuron.eager import out_dtypes
 
 
 def _exact(fn, *args):
@@ -96,3 +101,167 @@ def test_resize_to_the_same_size_keeps_the_strides():
         return base, o.stride(), t.stride()
 
     check(f, torch.zeros(23))
+
+
+# ---- out= tensors whose dtype is not the result's: CPU's kernel decides (eager/out_dtypes.py)
+
+
+def _like_cpu(fn, *args, atol=0, rtol=0):
+    """fn(*args) on CPU and on `neuron` copies: the same exception, message included, or
+    the same results (exactly, unless told)."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - any CPU error is the expectation
+        with pytest.raises(type(exc)) as got:
+            with no_fallback():
+                fn(*to_neuron(args))
+                torch.neuron.synchronize()
+        assert str(got.value) == str(exc)
+        return None
+    return check(fn, *args, atol=atol, rtol=rtol)
+
+
+def _out(like, dtype, shape=None):
+    return torch.empty(like.shape if shape is None else shape, dtype=dtype, device=like.device)
+
+
+def test_out_dtypes_cpu_casts_into():
+    # TensorIterator computes in the inputs' common dtype and casts into the out tensor:
+    # int8 + int8 wraps before it is widened; addr of bools is a logical and/or, then
+    # 0 or 1; floor_divide floors in float32, then becomes complex.
+    a = torch.tensor([100, 100, -100], dtype=torch.int8)
+    _like_cpu(lambda a: torch.add(a, a, out=_out(a, torch.int32)), a)
+    m, v = torch.tensor([[True, False, True]] * 3), torch.tensor([True, False, True])
+    _like_cpu(lambda m, v: torch.addr(m, v, v, out=_out(m, torch.float64)), m, v)
+    x = torch.linspace(-3, 3, 7)
+    _like_cpu(lambda x: torch.floor_divide(x, 0.7, out=_out(x, torch.complex128)), x)
+    _like_cpu(lambda x: torch.cat([x, x], out=_out(x, torch.float64, (14,))), x)
+
+
+def test_out_dtypes_cpu_refuses():
+    x = torch.linspace(-3, 3, 6).reshape(2, 3)
+    # TensorIterator's can_cast check; a structured kernel's resize_out; hand-written checks
+    _like_cpu(lambda x: torch.mul(x, 2, out=_out(x, torch.int64)), x)
+    _like_cpu(lambda x: torch.mm(x, x.t(), out=_out(x, torch.float64, (2, 2))), x)
+    _like_cpu(lambda x: torch.index_select(x, 1, torch.tensor([0, 2], device=x.device),
+                                           out=_out(x, torch.float64, (2, 2))), x)
+    _like_cpu(lambda x: torch.tril(x, out=_out(x, torch.float64)), x)
+    _like_cpu(lambda x: torch.sort(x, out=(_out(x, torch.float64), _out(x, torch.int64))), x)
+    _like_cpu(lambda x: torch.nonzero(x, out=_out(x, torch.int32, (0,))), x)
+    # cat refuses with a TypeError; addbmm only once it computes (after resizing)
+    _like_cpu(lambda x: torch.cat([x.bfloat16()], out=_out(x, torch.int32)), x)
+    b = torch.ones(2, 3, 3)
+    _like_cpu(lambda x, b: torch.addbmm(x, x.unsqueeze(0).expand(2, 2, 3), b, out=_out(x, torch.float64)), x, b)
+
+
+def test_generated_out_wrappers_want_the_exact_dtype():
+    # torchgen's out= wrappers of functional-only kernels (Tag.generated) copy the
+    # functional result with copy_arg, which casts nothing; the out tensor was resized
+    # first, so it keeps the new shape.
+    x = torch.arange(6, dtype=torch.int32)
+    assert torch.Tag.generated in torch.ops.aten.add.Scalar_out.tags
+    _like_cpu(lambda x: torch.ops.aten.add.Scalar_out(x, 2, out=_out(x, torch.int64)), x)
+    _like_cpu(lambda x: torch.ops.aten.add.Scalar_out(x, 2, out=_out(x, torch.int32)), x)
+    _like_cpu(lambda x: torch.ops.aten.isnan.out(x.float(), out=_out(x, torch.float32)), x)
+
+    def shape_after_refusal(x):
+        out = _out(x, torch.int64, (0,))
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype"):
+            torch.ops.aten.add.Scalar_out(x, 2, out=out)
+        return out.shape
+
+    assert shape_after_refusal(x.to("neuron")) == shape_after_refusal(x) == (6,)
+
+
+def test_reductions_compute_in_the_out_dtype():
+    # sum(dtype=)-style kernels take the dtype from the out tensor: float32 inputs are
+    # summed in float64 (float32 sums would differ by ~1e-7), int8 ones do not wrap.
+    x = torch.linspace(0, 1, 1001).reshape(7, 143) / 3
+    _like_cpu(lambda x: torch.sum(x, 1, out=_out(x, torch.float64, (7,))), x, rtol=1e-12)
+    _like_cpu(lambda x: torch.mean(x, 0, out=_out(x, torch.float64, (143,))), x, rtol=1e-12)
+    i = torch.arange(-60, 60, dtype=torch.int8)
+    _like_cpu(lambda i: torch.cumsum(i, 0, out=_out(i, torch.float64)), i)
+    _like_cpu(lambda i: torch.sum(i, 0, out=_out(i, torch.int8, ())), i)
+    # amax keeps its input's dtype and says so
+    _like_cpu(lambda x: torch.amax(x, 1, out=_out(x, torch.float64, (7,))), x)
+
+
+def test_linalg_out_dtypes():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 4, generator=g) + 4 * torch.eye(4)
+    _like_cpu(lambda a: torch.linalg.inv(a, out=_out(a, torch.float64)), a)
+    _like_cpu(lambda a: torch.linalg.eigh(a @ a.mT, out=(_out(a, torch.float64, (4,)), _out(a, torch.float32))), a)
+    _like_cpu(lambda a: torch.linalg.solve(a, a[:, :2], out=_out(a, torch.complex64, (4, 2))), a)
+    _like_cpu(lambda a: torch.linalg.det(a, out=_out(a, torch.float64, ())), a)
+    _like_cpu(lambda a: torch.linalg.vector_norm(a, out=_out(a, torch.float64, ())), a)
+    _like_cpu(lambda a: torch.linalg.vector_norm(a, dtype=torch.float64, out=_out(a, torch.float64, ())), a,
+              rtol=1e-12)
+
+
+def test_out_dtype_probes_are_invisible():
+    # A probe runs CPU kernels the caller never called: they draw nothing from CPU's
+    # generator and their warnings (var's "degrees of freedom is <= 0", which neuron
+    # does not give) do not reach the caller, so the first call, which probes, shows
+    # what the second, which does not, shows.
+    out_dtypes._decisions.clear()
+    x = torch.randn(2, 3, device="neuron")
+    state = torch.get_rng_state()
+    seen = []
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.var(x, 1, correction=3, out=torch.empty(2, dtype=torch.float64, device="neuron"))
+            torch.bernoulli(x.sigmoid(), out=torch.empty(2, 3, dtype=torch.float64, device="neuron"))
+        seen.append([str(w.message) for w in caught])
+    assert seen[0] == seen[1]
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def _sweep_case(name, dtype, out_dtype):
+    ops = out_dtype_sweep.out_ops([name])
+    op = next(o for o in ops if expected.opinfo_name(o) == name)
+    return out_dtype_sweep.run_case(op, getattr(torch, dtype), getattr(torch, out_dtype))
+
+
+#: A fixed sample of the sweep's cases (`python -m torchneuron.coverage.out_dtype_sweep`):
+#: (OpInfo name, dtype, out dtype). One case of each op whose out= call differed from
+#: CPU before out= dtypes were probed (CPU raising, with its type and message, or
+#: casting), then cases that did not, of each behaviour.
+OUT_DTYPE_SAMPLE = (
+    ("_chunk_cat", "float32", "bool"), ("abs", "complex64", "float64"), ("addr", "bool", "float64"),
+    ("all", "float32", "float64"), ("amax", "float32", "float64"), ("bernoulli", "float32", "bool"),
+    ("bitwise_not", "bool", "float64"), ("bucketize", "float32", "float64"), ("cat", "float32", "bool"),
+    ("complex", "float32", "complex128"), ("cross", "float32", "float64"), ("fft.ifft", "float32", "complex128"),
+    ("floor_divide", "float32", "complex128"), ("frexp", "float32", "float64"),
+    ("heaviside", "float32", "float64"), ("histc", "float32", "float64"), ("index_add", "float32", "float64"),
+    ("index_select", "float32", "float64"), ("isin", "float32", "float64"), ("kthvalue", "float32", "float64"),
+    ("linalg.eigh", "float32", "float64"), ("linalg.lu_factor", "float32", "float64"),
+    ("linalg.solve", "float32", "float64"), ("linalg.qr", "float32", "float64"),
+    ("masked_select", "float32", "float64"), ("mode", "float32", "float64"),
+    ("multinomial", "float32", "float64"), ("nan_to_num", "float32", "float64"), ("nansum", "float32", "bool"),
+    ("narrow_copy", "float32", "float64"), ("native_batch_norm", "float32", "float64"),
+    ("nn.functional.gelu", "float32", "float64"), ("nn.functional.avg_pool3d", "float32", "float64"),
+    ("nonzero", "float32", "float64"), ("normal", "float32", "bool"), ("polar", "float32", "complex128"),
+    ("round.decimals_3", "float32", "float64"), ("scatter_reduce.sum", "float32", "float64"),
+    ("searchsorted", "float32", "float64"), ("softmax.with_dtype", "float32", "complex128"),
+    ("sort", "float32", "float64"), ("take", "float32", "float64"), ("torch._scaled_mm", "float8_e4m3fn", "bool"),
+    ("tril", "float32", "float64"), ("var", "bfloat16", "float64"),
+    ("add", "int8", "int32"), ("cumsum", "int16", "float64"), ("mean", "float32", "float64"),
+    ("mul", "float32", "int32"), ("mm", "float32", "float64"), ("where", "float32", "float64"),
+    ("clamp", "int32", "float64"), ("sin", "int64", "float64"), ("linalg.vector_norm", "float32", "float64"),
+    ("lerp", "float32", "complex128"),
+)
+
+
+@pytest.mark.parametrize("name,dtype,out_dtype", OUT_DTYPE_SAMPLE)
+def test_out_dtype_sample(name, dtype, out_dtype):
+    verdict, detail = _sweep_case(name, dtype, out_dtype)
+    assert verdict == out_dtype_sweep.AGREE, detail
+
+
+@pytest.mark.parametrize("name,dtype,out_dtype", [
+    pytest.param(*case, marks=pytest.mark.xfail(reason=why, strict=True))
+    for case, why in expected.OUT_DTYPE_FAILURES.items()])
+def test_out_dtype_expected_failures(name, dtype, out_dtype):
+    verdict, detail = _sweep_case(name, dtype, out_dtype)
+    assert verdict == out_dtype_sweep.AGREE, detail

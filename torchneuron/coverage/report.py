@@ -143,6 +143,13 @@ def markdown(report: dict) -> str:
             "Expected failures outside the sweeps' samples, from the platform below the lowerings "
             "(`coverage/expected.py` PLATFORM_DIFFERENCES); each is pinned by a strict-xfail test.", ""]
     out += [f"- **{name}**: {why} Test: `{test}`." for name, (why, test) in expected.PLATFORM_DIFFERENCES.items()]
+    out += ["", "## out= tensors of other dtypes", "",
+            "out= calls whose out tensor has another dtype than the result, where neuron still differs from "
+            "CPU (`coverage/expected.py` OUT_DTYPE_FAILURES; the sweep is "
+            "`python -m torchneuron.coverage.out_dtype_sweep`); each is a strict xfail in "
+            "`tests/test_out_inplace.py::test_out_dtype_expected_failures`.", ""]
+    out += [f"- {name} {dtype} out={out_dtype}: {why}"
+            for (name, dtype, out_dtype), why in expected.OUT_DTYPE_FAILURES.items()] or ["None."]
     out += ["", "Codes: N native, D decomposed (no CPU fallback), F CPU fallback, x expected failure, "
             "X! unexpected failure, - no sample. Reasons are in the failure lists below.", "",
             "## Core ATen overloads", "", "| overload | status | how |", "|---|---|---|"]

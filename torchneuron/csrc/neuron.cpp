@@ -890,6 +890,20 @@ static void register_hooks() {
   g_hooks_registered = true;
 }
 
+// Calls `fn` with ATen's warnings dropped. c10 hands a warning to the calling thread's
+// handler, which during a user's torch.* call is that call's: it turns the warnings into
+// Python warnings once the call returns, out of reach of any Python filter set around
+// `fn`. The out= dtype probes (eager/out_dtypes.py) run CPU kernels the user never called.
+struct DropWarnings : c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+static py::object without_warnings(const py::function& fn) {
+  DropWarnings drop;
+  c10::WarningUtils::WarningHandlerGuard guard(&drop);
+  return fn();
+}
+
 // csrc/profiler.cpp: the Kineto activity profiler that attaches device time.
 void register_profiler(py::module& m);
 // csrc/eager.cpp: the eager hot path.
@@ -927,6 +941,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_device(static_cast<c10::DeviceIndex>(index));
     t_current_device = static_cast<c10::DeviceIndex>(index);
   });
+  m.def("without_warnings", &without_warnings);
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(index))));

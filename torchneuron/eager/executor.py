@@ -11,7 +11,8 @@ waits for the device until a synchronization point.
 
 On a cache miss, PyTorch's own meta kernel for the overload runs first: it raises
 exactly the errors CPU raises for bad shapes and dtypes, and it gives the output
-shapes, dtypes and strides that the executable then produces.
+shapes, dtypes and strides that the executable then produces. Out= tensors whose dtype
+is not the result's are judged by CPU's own kernel instead (`out_dtypes`).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import torch
 from .. import _extension, metrics, profiler
 from ..ops.registry import Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
+from . import out_dtypes
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -172,6 +174,7 @@ class OpKernel:
         # written tensor, as ATen does: torch.add(int8, int8, out=int32) adds in int8,
         # x_f32.mul_(y_f64) multiplies in float64.
         functional = functional_counterpart(op) if mode in ("inplace", "out") else None
+        self.counterpart = functional
         # The lowering takes the functional overload's arguments in its order, which an
         # in-place overload may change: polygamma_(self, n) computes polygamma(n, self).
         own = [self.names[i] for i in self.in_idx]
@@ -382,7 +385,7 @@ class OpKernel:
     def _compile(self, key, values, tensors, metas, dyn, device) -> Optional[_Entry]:
         """Plans and traces the executable for this call's signature; None when out=
         tensors had to be resized first (the caller then signs the call again)."""
-        metas_out = self._meta(values)
+        metas_out, compute_metas = self._meta(values)
         if self.mode == "out":
             resized = False
             for i, m in zip(self.out_idx, metas_out):
@@ -439,9 +442,6 @@ class OpKernel:
             if slot not in read_slots and covers:
                 skip.add(slot)
         fresh_specs = [] if self.mode in ("inplace", "out") else metas_out
-        compute_metas = metas_out
-        if self.functional is not None:
-            compute_metas = self._functional_meta(values)
         lowering = self.lowering
         kinds = self.kinds
         defaults = self.defaults
@@ -624,17 +624,31 @@ class OpKernel:
                         add(t, (i, j), ("upd", self.names[i], j))
         return targets
 
-    def _meta(self, values) -> List[Optional[Tuple[tuple, tuple, torch.dtype]]]:
-        """Runs PyTorch's meta kernel: raises CPU's errors; returns (shape, stride,
-        dtype) per tensor output (flattened over Tensor[] outputs)."""
+    def _meta(self, values):
+        """Runs PyTorch's meta kernel: raises CPU's errors. Returns, per tensor output
+        (flattened over Tensor[] outputs), (shape, stride, dtype) of the tensor written
+        or made, and per output what the lowering computes before the cast into it."""
         margs = [_to_meta(v) for v in values]
         schema_args = self.op._schema.arguments
         pos = [m for m, a in zip(margs, schema_args) if not a.kwarg_only]
         kw = {a.name: m for m, a in zip(margs, schema_args) if a.kwarg_only}
+        probed = self._probe_out_dtypes(values) if self.mode == "out" else None
         try:
             out = self.op(*pos, **kw)
         except NotImplementedError as exc:
-            return self._meta_from_lowering(values, exc)
+            metas = self._meta_from_lowering(values, exc, probed)
+            if probed == out_dtypes.ACCEPT:
+                return metas, self._accepted_compute(values, metas)
+            return metas, self._functional_meta(values, self.counterpart)
+        except Exception:  # noqa: BLE001 - any refusal of the meta kernel's
+            if probed != out_dtypes.ACCEPT:
+                raise
+            # CPU's kernel takes these out tensors and the meta kernel (a stricter
+            # Python reference: abs(complex, out=complex)) does not: the out tensors
+            # take the functional result's geometry.
+            outs = _flatten([values[i] for i in self.out_idx])
+            metas = [(m[0], m[1], o.dtype) for m, o in zip(self._functional_meta(values, self.counterpart), outs)]
+            return metas, self._accepted_compute(values, metas)
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
         elif self.mode == "out":
@@ -642,10 +656,36 @@ class OpKernel:
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
+        metas = [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
+                 else None if o is None else int(o) for o in outs]
+        if probed == out_dtypes.ACCEPT:
+            return metas, self._accepted_compute(values, metas)
         if self.cast_check is not None:
             _check_cast(self._functional_outputs(values, self.cast_check), outs)
-        return [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
-                else None if o is None else int(o) for o in outs]
+        return metas, self._functional_meta(values) if self.functional is not None else metas
+
+    def _accepted_compute(self, values, metas):
+        """What the lowering computes for an out= call whose out tensors of other dtypes
+        CPU's kernel accepts (`metas`: theirs). A kernel taking a result dtype (sum's
+        dtype, _scaled_mm's out_dtype, a factory's) takes it from the out tensor and
+        computes in it; every other one computes its functional result and casts it
+        (TensorIterator: addr(bool, out=float) is a logical and/or, then a cast)."""
+        if any("ScalarType" in str(a.real_type) for a in self.counterpart._schema.arguments):
+            return metas
+        return self._functional_meta(values, self.counterpart)
+
+    def _probe_out_dtypes(self, values) -> Optional[str]:
+        """For an out= call whose out tensors' dtypes are not all those of the functional
+        overload's results, whether CPU's kernel accepts them (`out_dtypes.check`,
+        which raises CPU's error when it does not); None when the dtypes match or there
+        is no functional overload to compare with."""
+        if self.counterpart is None:
+            return None
+        try:
+            results = self._functional_outputs(values, self.counterpart)
+        except Exception:  # noqa: BLE001 - the out= overload's meta kernel raises CPU's error
+            return None
+        return out_dtypes.check(self.op, values, results)
 
     def _functional_outputs(self, values, functional) -> List[torch.Tensor]:
         """The meta outputs of `functional`, the functional counterpart of this in-place
@@ -668,17 +708,18 @@ class OpKernel:
         outs = self._functional_outputs(values, functional or self.functional)
         return [(tuple(o.shape), tuple(o.stride()), o.dtype) for o in outs]
 
-    def _meta_from_lowering(self, values, exc: NotImplementedError):
+    def _meta_from_lowering(self, values, exc: NotImplementedError, probed: Optional[str]):
         """An out= overload with no meta kernel (geqrf.a): the functional overload's meta
-        gives the results, which the out tensors take if they can hold them safely (the
-        out= contract of PyTorch's reference wrappers)."""
-        functional = functional_counterpart(self.op) if self.mode == "out" else None
+        gives the results, which the out tensors take if CPU's kernel accepts them
+        (`probed`), else if they can hold them safely (the out= contract of PyTorch's
+        reference wrappers)."""
+        functional = self.counterpart if self.mode == "out" else None
         if functional is None:
             raise exc  # the meta kernel's own error
         metas = []
         for (shape, stride, dtype), i in zip(self._functional_meta(values, functional), self.out_idx):
             out_dtype = values[i].dtype
-            if not torch.can_cast(dtype, out_dtype):
+            if probed != out_dtypes.ACCEPT and not torch.can_cast(dtype, out_dtype):
                 raise RuntimeError(f"Attempting to cast from {dtype} to out tensor with dtype {out_dtype}, "
                                    "but this can't be cast because it is not safe!")
             metas.append((shape, stride, out_dtype))

@@ -91,6 +91,7 @@ def _via_functional(op, args, kwargs):
     Decompositions of out= overloads take the out tensor under its schema name
     (`grad_input`, ...), which `torch._decomp`'s out wrappers do not all accept; the
     functional form has no such argument."""
+    from ..eager import out_dtypes
     from ..eager.executor import functional_counterpart
 
     outs = _out_args(op)
@@ -104,23 +105,52 @@ def _via_functional(op, args, kwargs):
         # The functional overload has a neuron kernel of ours (a host kernel such as
         # masked_select's): better than the CPU. Not any PrivateUse1 kernel: a structured
         # op's composite functional kernel calls this very out= overload.
-        result = func(*args, **fkwargs)
+        def compute():
+            return func(*args, **fkwargs)
     else:
         decomp = _decomposition(func)
         if decomp is None:
             return NotImplemented
-        result = _decompose(func, decomp, args, fkwargs)
-        if result is NotImplemented:
-            return NotImplemented
+
+        def compute():
+            return _decompose(func, decomp, args, fkwargs)
+    # CPU's kernel decides whether out tensors of other dtypes are refused (its error,
+    # raised here, before anything is computed, as CPU raises it) or written with a cast.
+    # The functional overload's meta kernel gives the results' dtypes, else the results do.
+    values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
+              for i, a in enumerate(op._schema.arguments)]
+    metas = _meta_results(func, args, fkwargs)
+    probed = out_dtypes.check(op, values, metas) if metas is not None else None
+    result = compute()
+    if result is NotImplemented:
+        return NotImplemented
     results = result if isinstance(result, (tuple, list)) else (result,)
     targets = [kwargs[a.name] for a in outs]
+    if metas is None:
+        probed = out_dtypes.check(op, values, results)
     for t, r in zip(targets, results):
         # PyTorch's out= contract, as its reference out wrappers apply it: a resize of a
-        # non-empty out tensor warns, and a result that cannot be cast safely into it
-        # (mvlgamma(int, out=int) is float) raises instead of being truncated.
+        # non-empty out tensor warns, and where the probe could not tell, a result that
+        # cannot be cast safely into it (mvlgamma(int, out=int) is float) raises instead
+        # of being truncated.
         _maybe_resize_out(t, r.shape)
-        _safe_copy_out(copy_from=r, copy_to=t)
+        if probed == out_dtypes.ACCEPT:
+            t.copy_(r)
+        else:
+            _safe_copy_out(copy_from=r, copy_to=t)
     return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _meta_results(func, args, kwargs):
+    """The results of `func` on meta copies of its arguments, as a list; None if it has
+    no meta kernel or that refuses them."""
+    from ..eager.executor import _to_meta
+
+    try:
+        out = func(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
+    except Exception:  # noqa: BLE001 - any refusal: the computed results decide instead
+        return None
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _decompose(op, decomp, args, kwargs):

@@ -876,22 +876,32 @@ def _lstsq_host(self, b, rcond=None, *, driver=None):
     return solution, residuals, rank, sv
 
 
-def copy_out(results, outs, exact_dtype=False):
+def copy_out(results, outs, call, exact_dtype=False):
     """`outs` (out= tensors) resized to and filled with `results`, by PyTorch's out=
-    rules (its reference wrappers'): resize when the shape differs, only safe casts
-    (or none, with `exact_dtype`), RuntimeError otherwise. For out= overloads that a
+    rules (its reference wrappers'): resize when the shape differs; for an out tensor of
+    another dtype, what CPU's kernel does (`call`: the out= overload and its arguments in
+    schema order, see eager/out_dtypes.py), else, where that cannot be told, only safe
+    casts (or none, with `exact_dtype`), RuntimeError otherwise. For out= overloads that a
     host kernel computes through the functional overload. Returns `outs`."""
     from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
+    from ..eager import out_dtypes
+
+    accepted = out_dtypes.check(*call, results) == out_dtypes.ACCEPT
     for out, res in zip(outs, results):
         _maybe_resize_out(out, res.shape)
-        _safe_copy_out(copy_from=res, copy_to=out, exact_dtype=exact_dtype)
+        if accepted:
+            out.copy_(res)
+        else:
+            _safe_copy_out(copy_from=res, copy_to=out, exact_dtype=exact_dtype)
     return outs
 
 
 def _lstsq_out_host(self, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
     """Eager aten::linalg_lstsq.out: the functional host kernel's results copied out."""
-    return copy_out(_lstsq_host(self, b, rcond, driver=driver), (solution, residuals, rank, singular_values))
+    outs = (solution, residuals, rank, singular_values)
+    return copy_out(_lstsq_host(self, b, rcond, driver=driver), outs,
+                    (aten.linalg_lstsq.out, (self, b, rcond, driver) + outs))
 
 
 host_kernel(aten.linalg_lstsq.default)(_lstsq_host)

@@ -523,7 +523,9 @@ def native_batch_norm_legit_out(input, weight, bias, running_mean, running_var, 
                                                     momentum, eps)
     dtype = _bn_stats_dtype(input, weight, bias, running_mean, running_var)
     stats = [r.new_empty((0,), dtype=dtype) if not training else r.to(dtype) for r in results[1:]]
-    return copy_out((results[0], *stats), (out, save_mean, save_invstd), exact_dtype=True)
+    outs = (out, save_mean, save_invstd)
+    return copy_out((results[0], *stats), outs, (aten._native_batch_norm_legit.out, (
+        input, weight, bias, running_mean, running_var, training, momentum, eps) + outs), exact_dtype=True)
 
 
 @host_kernel(aten._native_batch_norm_legit.no_stats_out)
@@ -532,7 +534,9 @@ def native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum
     """Eager aten::_native_batch_norm_legit.no_stats_out, like `native_batch_norm_legit_out`."""
     results = aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
     dtype = _bn_stats_dtype(input, weight, bias)
-    return copy_out((results[0], results[1].to(dtype), results[2].to(dtype)), (out, save_mean, save_invstd),
+    outs = (out, save_mean, save_invstd)
+    return copy_out((results[0], results[1].to(dtype), results[2].to(dtype)), outs,
+                    (aten._native_batch_norm_legit.no_stats_out, (input, weight, bias, training, momentum, eps) + outs),
                     exact_dtype=True)
 
 
