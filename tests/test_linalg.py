@@ -392,3 +392,84 @@ def test_lstsq_rcond_truncates_except_for_gels(driver):
     want = torch.linalg.lstsq(a, b, rcond=0.5, driver=driver).solution
     got = torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), rcond=0.5, driver=driver).solution
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ lstsq, gelsy (LAPACK xGELSY replayed)
+def _low_rank(gen, batch, m, n, r, dtype):
+    """A batch of m x n matrices of rank r (products of thin random factors)."""
+    return (torch.randn(*batch, m, r, generator=gen, dtype=dtype)
+            @ torch.randn(*batch, r, n, generator=gen, dtype=dtype))
+
+
+_LOW_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.complex64: dict(atol=1e-4, rtol=1e-4),
+            torch.float64: dict(atol=1e-10, rtol=1e-10), torch.complex128: dict(atol=1e-10, rtol=1e-10)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128])
+def test_lstsq_gelsy_rank_deficient_matches_cpu(dtype):
+    # Rank (exactly) and minimum-norm solution of the pivoted-QR complete orthogonal
+    # factorization, tall, wide and square, batched, with a broadcast batch and a vector rhs.
+    gen = torch.Generator().manual_seed(0)
+    fn = lambda a, b: torch.linalg.lstsq(a, b)  # noqa: E731
+    tol = _LOW_TOL[dtype]
+    for m, n, r in [(7, 4, 2), (4, 7, 3), (5, 5, 3), (6, 6, 1), (6, 3, 3)]:
+        A = _low_rank(gen, (3,), m, n, r, dtype)
+        check(fn, A, torch.randn(3, m, 2, generator=gen, dtype=dtype), **tol)
+    # Columns of very different sizes and an exactly repeated column: the pivot order matters.
+    A = _low_rank(gen, (2,), 6, 5, 3, dtype) * torch.logspace(-3, 3, 5, dtype=torch.float64).to(dtype)
+    A[1, :, 4] = A[1, :, 0]
+    check(fn, A, torch.randn(2, 6, 3, generator=gen, dtype=dtype), **tol)
+    A = _low_rank(gen, (1, 2), 5, 4, 2, dtype)
+    check(fn, A, torch.randn(3, 1, 5, 2, generator=gen, dtype=dtype), **tol)  # broadcast batch
+    check(fn, A[0, 0], torch.randn(5, generator=gen, dtype=dtype), **tol)  # vector rhs
+
+
+def test_lstsq_gelsy_rank_threshold_and_edge_cases():
+    gen = torch.Generator().manual_seed(1)
+    # Singular values 1, 1e-2, 1e-4, 1e-6: each rcond between two of them keeps those above it.
+    U = torch.linalg.qr(torch.randn(6, 4, generator=gen, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))[0]
+    A = U @ torch.diag(torch.tensor([1, 1e-2, 1e-4, 1e-6], dtype=torch.float64)) @ V.mT
+    B = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    for rcond, rank in ((0.5, 1), (1e-1, 1), (1e-3, 2), (1e-5, 3), (1e-7, 4), (0.0, 4)):
+        got = check(lambda a, b: torch.linalg.lstsq(a, b, rcond=rcond), A, B, atol=1e-8, rtol=1e-8)
+        assert got.rank.item() == rank
+    # Equal singular values: smax * rcond <= smin holds with rcond = 1, so every column stays.
+    check(lambda a, b: torch.linalg.lstsq(a, b, rcond=1.0), torch.eye(3), torch.randn(3, 2, generator=gen))
+    # A negative rcond keeps every column (gelsy passes it to LAPACK unchanged).
+    check(lambda a, b: torch.linalg.lstsq(a, b, rcond=-1.0), torch.randn(5, 3, generator=gen, dtype=torch.float64),
+          torch.randn(5, 2, generator=gen, dtype=torch.float64))
+    fn = lambda a, b: torch.linalg.lstsq(a, b)  # noqa: E731
+    for dtype in (torch.float32, torch.complex128):
+        check(fn, torch.zeros(2, 3, 4, dtype=dtype), torch.randn(2, 3, 2, generator=gen).to(dtype))  # rank 0, X = 0
+        check(fn, torch.zeros(1, 1, dtype=dtype), torch.ones(1, 1, dtype=dtype))
+        check(fn, torch.full((1, 1), -2.5, dtype=dtype), torch.ones(1, 3, dtype=dtype))
+        check(fn, torch.randn(1, 4, generator=gen).to(dtype), torch.randn(1, 2, generator=gen).to(dtype), atol=1e-5,
+              rtol=1e-5)  # m = 1
+        check(fn, torch.randn(4, 1, generator=gen).to(dtype), torch.randn(4, 2, generator=gen).to(dtype), atol=1e-5,
+              rtol=1e-5)  # n = 1
+        check(fn, torch.randn(0, 3, 2, dtype=dtype), torch.randn(0, 3, 1, dtype=dtype))  # empty batch
+        check(fn, torch.randn(3, 2, generator=gen).to(dtype), torch.randn(3, 0, dtype=dtype))  # no rhs: rank 0
+    # Huge and tiny entries are scaled into range first, as xGELSY does.
+    A = _low_rank(gen, (), 5, 4, 2, torch.float32)
+    for scale in (1e-33, 1e33):
+        check(fn, A * scale, torch.randn(5, 1, generator=gen), atol=1e-4, rtol=1e-4)
+
+
+def test_lstsq_gelsy_under_compile():
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(2)
+
+    def f(a, b):
+        res = torch.linalg.lstsq(a * 2, b)
+        return res.solution + 1, res.rank
+
+    compiled = torch.compile(f, backend="neuron")
+    for dtype in (torch.float64, torch.complex64):
+        A = _low_rank(gen, (3,), 6, 4, 2, dtype)
+        B = torch.randn(3, 6, 2, generator=gen, dtype=dtype)
+        want = f(A, B)
+        with no_fallback():
+            got = compiled(A.to("neuron"), B.to("neuron"))
+        torch.testing.assert_close(got[0].cpu(), want[0], **_LOW_TOL[dtype])
+        torch.testing.assert_close(got[1].cpu(), want[1])

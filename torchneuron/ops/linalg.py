@@ -813,18 +813,257 @@ def _lstsq_meta(self, b, rcond=None, *, driver=None):
 meta_impl("linalg_lstsq", _lstsq_meta)  # PyTorch has none (CPU computes residuals' shape late)
 
 
+def _nrm2(x, axis=0):
+    """||x||_2 along `axis`, scaled by the largest |x_i| first as xNRM2 is, so that
+    squares of very large or very small entries neither overflow nor flush to zero."""
+    a = jnp.abs(x)
+    top = jnp.max(a, axis=axis, keepdims=True)
+    safe = jnp.where(top > 0, top, 1)
+    return jnp.squeeze(top * jnp.sqrt(jnp.sum(jnp.square(a / safe), axis=axis, keepdims=True)), axis)
+
+
+def _abs2(z):
+    """|z|^2 without a square root, as LAPACK forms it (z * conj(z))."""
+    return jnp.square(jnp.real(z)) + jnp.square(jnp.imag(z)) if jnp.iscomplexobj(z) else jnp.square(z)
+
+
+def _lapack_eps(dtype):
+    """DLAMCH('Epsilon'): half of finfo's eps (LAPACK's relative machine precision under
+    round-to-nearest), which xLAIC1 and xLAQP2's norm-recompute threshold use."""
+    return float(jnp.finfo(dtype).eps) / 2
+
+
+def _geqp3(A):
+    """QR with column pivoting of one m x n matrix, LAPACK xGEQP3's unblocked xLAQP2:
+    at step i the remaining column of largest partial norm comes first (ties: the
+    lowest index, as i?amax), a Householder reflector (xLARFG; complex ones make the
+    diagonal real) zeroes it below the diagonal, and partial norms are downdated by
+    LAWN 176's rule, recomputed when downdating would lose too much. Returns (R (m, n),
+    zero below the diagonal; V (m, min(m, n)), the reflectors' vectors with a unit
+    entry on the diagonal; tau (min(m, n)); jpvt (n), 0-based: column i of A P is
+    column jpvt[i] of A). Reference LAPACK runs xLAQP2 up to min(m, n) = 128 and its
+    blocked xLAQPS (the same pivots up to rounding) beyond; xLARFG's rescaling of
+    reflectors below the safe minimum is left out (xGELSY's scaling of A comes first)."""
+    m, n = A.shape
+    mn = min(m, n)
+    real = jnp.finfo(A.dtype).dtype
+    rows, cols = jnp.arange(m), jnp.arange(n)
+    tol3z = jnp.sqrt(jnp.asarray(_lapack_eps(real), real))
+    vn1 = _nrm2(A).astype(real)
+
+    def step(i, state):
+        A, V, tau, jpvt, vn1, vn2 = state
+        p = jnp.argmax(jnp.where(cols >= i, vn1, -1))
+        swap = jnp.where(cols == i, p, jnp.where(cols == p, i, cols))
+        A, jpvt, vn1, vn2 = A[:, swap], jpvt[swap], vn1[swap], vn2[swap]
+        x = A[:, i]
+        alpha = x[i]
+        tail = jnp.where(rows > i, x, 0)
+        xnorm = _nrm2(tail)
+        # A zero tail leaves a real alpha as it is (tau = 0); a complex alpha is still
+        # rotated onto the real axis, so R's diagonal is real.
+        trivial = (xnorm == 0) & (jnp.imag(alpha) == 0)
+        beta = -jnp.copysign(jnp.hypot(jnp.abs(alpha), xnorm), jnp.real(alpha)).astype(real)
+        t = jnp.where(trivial, 0, (beta - alpha) / jnp.where(trivial, 1, beta)).astype(A.dtype)
+        v = jnp.where(rows == i, 1, tail / jnp.where(trivial, 1, alpha - beta)).astype(A.dtype)
+        w = jnp.matmul(jnp.conj(v), A, precision=_HIGHEST)
+        A = jnp.where(cols > i, A - jnp.conj(t) * v[:, None] * w[None, :], A)
+        A = jnp.where(cols == i, jnp.where(rows < i, x, 0)[:, None], A)
+        A = A.at[i, i].set(jnp.where(trivial, alpha, beta))
+        # Partial norms of the rows below i (LAWN 176): downdate by |A[i, j]|, unless
+        # the downdated norm has lost about half its digits since its last recompute.
+        ratio = jnp.abs(A[i]) / jnp.where(vn1 != 0, vn1, 1)
+        temp = jnp.maximum(1 - jnp.square(ratio), 0)
+        recompute = temp * jnp.square(vn1 / jnp.where(vn2 != 0, vn2, 1)) <= tol3z
+        fresh = _nrm2(jnp.where((rows > i)[:, None], A, 0)).astype(real)
+        live = (cols > i) & (vn1 != 0)
+        vn1, vn2 = (jnp.where(live, jnp.where(recompute, fresh, vn1 * jnp.sqrt(temp)), vn1),
+                    jnp.where(live & recompute, fresh, vn2))
+        return A, V.at[:, i].set(v), tau.at[i].set(t), jpvt, vn1, vn2
+
+    init = (A, jnp.zeros((m, mn), A.dtype), jnp.zeros((mn,), A.dtype), cols, vn1, vn1)
+    R, V, tau, jpvt, _, _ = lax.fori_loop(0, mn, step, init)
+    return R, V, tau, jpvt
+
+
+def _laic1(largest, x, sest, w, gamma, eps):
+    """One step of LAPACK xLAIC1 (JOB = 1 when `largest`, else 2): given x (|x| = 1)
+    with ||R x|| = sest, an estimate of R's largest (smallest) singular value, and R's
+    next column [w; gamma], returns (sestpr, s, c): the estimate for [[R, w], [0,
+    gamma]] and the vector [s x; c] achieving it. The special cases (sest = 0, and
+    alpha = x^H w, gamma or sest negligible next to the others) come first, in
+    LAPACK's order; the normal case solves the secular equation of the 2 x 2 problem."""
+    cplx = jnp.iscomplexobj(gamma)
+    alpha = jnp.sum(jnp.conj(x) * w)
+    absalp, absgam, absest = jnp.abs(alpha), jnp.abs(gamma), jnp.abs(sest)
+    zero, one = jnp.zeros((), gamma.dtype), jnp.ones((), gamma.dtype)
+
+    def unit(s, c):  # (s, c) / ||(s, c)||
+        tmp = jnp.sqrt(_abs2(s) + _abs2(c))
+        return s / tmp, c / tmp
+
+    big = jnp.maximum(absgam, absalp)
+    bigs = jnp.where(big > 0, big, 1)
+    # Both jobs' fourth case (sest negligible) divides by the larger of |alpha|, |gamma|.
+    ratio = jnp.minimum(absgam, absalp) / bigs
+    scl = jnp.sqrt(1 + ratio * ratio)
+    a4, g4 = alpha / bigs / scl, gamma / bigs / scl
+    # Normal case: real LAPACK keeps zeta1, zeta2 signed (the rounding of `test`).
+    est = jnp.where(absest > 0, absest, 1)
+    z1, z2 = ((absalp, absgam) if cplx else (alpha, gamma))
+    z1, z2 = z1 / est, z2 / est
+    if largest:
+        s1, c1 = unit(alpha / bigs, gamma / bigs)
+        tmp = jnp.maximum(absest, absalp)
+        tmps = jnp.where(tmp > 0, tmp, 1)
+        b = (1 - z1 * z1 - z2 * z2) * 0.5
+        c = z1 * z1
+        root = jnp.sqrt(b * b + c)
+        t = jnp.where(b > 0, c / (b + root), root - b)
+        sn, cn = unit(-(alpha / est) / t, -(gamma / est) / (1 + t))
+        cases = [
+            (sest == 0, (big * jnp.sqrt(_abs2(alpha / bigs) + _abs2(gamma / bigs)),
+                         jnp.where(big == 0, zero, s1), jnp.where(big == 0, one, c1))),
+            (absgam <= eps * absest, (tmp * jnp.sqrt(jnp.square(absest / tmps) + jnp.square(absalp / tmps)),
+                                      one, zero)),
+            (absalp <= eps * absest, (jnp.maximum(absgam, absest), jnp.where(absgam <= absest, one, zero),
+                                      jnp.where(absgam <= absest, zero, one))),
+            ((absest <= eps * absalp) | (absest <= eps * absgam), (big * scl, a4, g4)),
+        ]
+        normal = (jnp.sqrt(t + 1) * absest, sn, cn)
+    else:
+        sn0, cn0 = jnp.where(big == 0, one, -jnp.conj(gamma)), jnp.where(big == 0, zero, jnp.conj(alpha))
+        top0 = jnp.maximum(jnp.abs(sn0), jnp.abs(cn0))
+        z12 = jnp.abs(z1 * z2)
+        norma = jnp.maximum(1 + z1 * z1 + z12, z12 + z2 * z2)
+        near_zero = 1 + 2 * (z1 - z2) * (z1 + z2) >= 0
+        b0 = (z1 * z1 + z2 * z2 + 1) * 0.5
+        t0 = z2 * z2 / (b0 + jnp.sqrt(jnp.abs(b0 * b0 - z2 * z2)))
+        b1 = (z2 * z2 + z1 * z1 - 1) * 0.5
+        root1 = jnp.sqrt(b1 * b1 + z1 * z1)
+        t1 = jnp.where(b1 >= 0, -(z1 * z1) / (b1 + root1), b1 - root1)
+        sn, cn = unit(jnp.where(near_zero, (alpha / est) / (1 - t0), -(alpha / est) / t1),
+                      jnp.where(near_zero, -(gamma / est) / t0, -(gamma / est) / (1 + t1)))
+        shift = 4 * eps * eps * norma
+        cases = [
+            (sest == 0, (jnp.zeros_like(absest), *unit(sn0 / top0, cn0 / top0))),
+            (absgam <= eps * absest, (absgam, zero, one)),
+            (absalp <= eps * absest, (jnp.minimum(absgam, absest), jnp.where(absgam <= absest, zero, one),
+                                      jnp.where(absgam <= absest, one, zero))),
+            ((absest <= eps * absalp) | (absest <= eps * absgam),
+             (jnp.where(absgam <= absalp, absest * (ratio / scl), absest / scl),
+              -jnp.conj(gamma) / bigs / scl, jnp.conj(alpha) / bigs / scl)),
+        ]
+        normal = (jnp.where(near_zero, jnp.sqrt(t0 + shift), jnp.sqrt(1 + t1 + shift)) * absest, sn, cn)
+    out = normal
+    for cond, vals in reversed(cases):
+        out = tuple(jnp.where(cond, v, o) for v, o in zip(vals, out))
+    return out
+
+
+def _gelsy_rank(R, rcond):
+    """xGELSY's rank of the pivoted QR factor R (min(m, n), n): the largest r such that
+    the xLAIC1 estimates of R[:r, :r]'s extreme singular values, grown one column at a
+    time, keep smax * rcond <= smin; 0 when R[0, 0] = 0."""
+    mn = R.shape[0]
+    real = jnp.finfo(R.dtype).dtype
+    eps = _lapack_eps(real)
+    idx = jnp.arange(mn)
+    smax = jnp.abs(R[0, 0]).astype(real)
+    e0 = (idx == 0).astype(R.dtype)
+
+    def step(i, state):
+        xmin, xmax, smin, smax, rank = state
+        w = jnp.where(idx < i, R[:, i], 0)
+        gamma = R[i, i]
+        sminpr, s1, c1 = _laic1(False, xmin, smin, w, gamma, eps)
+        smaxpr, s2, c2 = _laic1(True, xmax, smax, w, gamma, eps)
+        grow = (rank == i) & (smaxpr * rcond <= sminpr)
+        new = idx == i
+        return (jnp.where(grow, jnp.where(new, c1, s1 * xmin), xmin),
+                jnp.where(grow, jnp.where(new, c2, s2 * xmax), xmax),
+                jnp.where(grow, sminpr, smin), jnp.where(grow, smaxpr, smax), rank + grow)
+
+    rank = jnp.where(smax == 0, 0, 1).astype(jnp.int32)
+    return lax.fori_loop(1, mn, step, (e0, e0, smax, smax, rank))[-1]
+
+
+def _gelsy_solve(R, V, tau, jpvt, rank, B):
+    """xGELSY's solution for one matrix factored by `_geqp3` with rank `rank` and B
+    (m, k): Q^H B (xUNMQR); for rank n, R's triangular solve (xTRSM); below it the
+    minimum-norm solution of [R11 R12] y = (Q^H B)[:rank] (what xTZRZF/xUNMRZ give),
+    here through a QR of [R11 R12]^H, with rows past `rank` masked to zero so the
+    shapes stay static; then the column permutation undone."""
+    m, n = R.shape
+    mn = tau.shape[0]
+
+    def reflect(i, B):
+        v = V[:, i]
+        return B - jnp.conj(tau[i]) * v[:, None] * jnp.matmul(jnp.conj(v), B, precision=_HIGHEST)[None, :]
+
+    B = lax.fori_loop(0, mn, reflect, B)
+    live = jnp.arange(mn) < rank
+    c = jnp.where(live[:, None], B[:mn], 0)
+    R1 = jnp.where(live[:, None], R[:mn], 0)
+    q, t = jnp.linalg.qr(jnp.conj(R1.T))
+    # Identity in the dead part of t: its zero-padded rows of c then solve to zero.
+    t = jnp.where(jnp.diag(~live), 1, t)
+    z = lax.linalg.triangular_solve(t, c, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    y = jnp.matmul(q, z, precision=_HIGHEST)
+    if m >= n:
+        full = lax.linalg.triangular_solve(R[:n], c, left_side=True, lower=False)
+        y = jnp.where(rank == n, full, y)
+    return jnp.zeros_like(y).at[jpvt].set(y)
+
+
+def _gelsy(A, B, rcond):
+    """LAPACK xGELSY for A (*a, m, n) and B (*batch, m, k), *a broadcasting to *batch,
+    m, n, k > 0: (X (*batch, n, k), rank (*a) int64). A and B are scaled into
+    [smlnum, 1 / smlnum] first when their largest entry lies outside, and the solution
+    scaled back, as xGELSY does; A is factored once per matrix of *a."""
+    m, n = A.shape[-2:]
+    abatch, batch = A.shape[:-2], B.shape[:-2]
+    real = jnp.finfo(A.dtype).dtype
+    smlnum = float(jnp.finfo(real).tiny) / float(jnp.finfo(real).eps)
+
+    def scale(M):
+        top = jnp.max(jnp.abs(M), axis=(-2, -1))
+        return jnp.where((top > 0) & (top < smlnum), smlnum / jnp.where(top > 0, top, 1),
+                         jnp.where(top > 1 / smlnum, (1 / smlnum) / top, 1)).astype(real)
+
+    fa, fb = scale(A), scale(B)
+    As = (A * fa[..., None, None]).reshape((-1, m, n))
+    R, V, tau, jpvt = jax.vmap(_geqp3)(As)
+    rank = jax.vmap(lambda r: _gelsy_rank(r[:min(m, n)], jnp.asarray(rcond, real)))(R)
+
+    def spread(x):  # per matrix of *a -> per matrix of *batch
+        x = x.reshape(abatch + x.shape[1:])
+        return jnp.broadcast_to(x, batch + x.shape[len(abatch):]).reshape((-1,) + x.shape[len(abatch):])
+
+    Bs = (B * fb[..., None, None]).reshape((-1, m, B.shape[-1]))
+    X = jax.vmap(_gelsy_solve)(spread(R), spread(V), spread(tau), spread(jpvt), spread(rank), Bs)
+    X = X.reshape(batch + X.shape[1:]) * (jnp.broadcast_to(fa, batch) / fb)[..., None, None]
+    return X, rank.reshape(abatch).astype(jnp.int64)
+
+
 @lowering(aten.linalg_lstsq.default, static=("rcond",))
 def linalg_lstsq(self, b, rcond=None, driver=None):
     """aten::linalg_lstsq: (solution, residuals, rank, singular_values) of
-    min ||A X - B|| for A (*, m, n), B (*, m, k) or (*, m), batch dimensions broadcast.
-    Every driver is computed from A's SVD as the minimum-norm solution with singular
-    values below rcond * s_max dropped (rcond defaults to eps * max(m, n), as on CPU;
-    gels ignores it): gelsd/gelss are that algorithm, gelsy (complete orthogonal
-    factorization) and gels (QR/LQ) give the same solution for full-rank A. For a
-    rank-deficient A, gelsy's rank comes from its pivoted QR on the CPU, and its
-    solution can differ from this one. Residuals are the squared
-    norms of the last m - n rows of Q^H B (what gels leaves there), outputs a driver
-    does not produce are empty (see `_lstsq_shapes`)."""
+    min ||A X - B|| for A (*, m, n), B (*, m, k) or (*, m), batch dimensions broadcast;
+    float32/float64/complex64/complex128 (other dtypes raise in `_lstsq_shapes`, with
+    CPU's messages). rcond defaults to eps * max(m, n), as on CPU.
+
+    gelsy (the default) is LAPACK xGELSY replayed (`_gelsy`): QR with column pivoting
+    (xGEQP3), the rank from incremental condition estimation (xLAIC1: the largest r
+    with smax(R11) * rcond <= smin(R11); a negative rcond keeps every column), and the
+    minimum-norm solution of the complete orthogonal factorization, so rank and
+    solution are CPU's, rank-deficient A included. Like xGELSY, a B with no columns
+    gives rank 0. gels/gelsd/gelss are computed from A's SVD as the minimum-norm
+    solution with singular values below rcond * s_max dropped (gels, QR/LQ assuming
+    full rank, ignores rcond): gelsd/gelss are that algorithm, gels gives the same
+    solution for full-rank A. Residuals are the squared norms of the last m - n rows
+    of Q^H B (what gels leaves there), outputs a driver does not produce are empty
+    (see `_lstsq_shapes`)."""
     ctx = context()
     driver = driver or "gelsy"
     m, n = self.shape[-2:]
@@ -834,12 +1073,16 @@ def linalg_lstsq(self, b, rcond=None, driver=None):
     B = jnp.broadcast_to(B, batch + B.shape[-2:])
     k = B.shape[-1]
     real = jnp.finfo(self.dtype).dtype
-    if rcond is None or rcond < 0:  # LAPACK: a negative rcond means machine precision
-        rcond = float(jnp.finfo(real).eps) * (max(m, n) if rcond is None else 1)
-    if min(m, n) == 0 or self.size == 0:
+    if rcond is None:
+        rcond = float(jnp.finfo(real).eps) * max(m, n)
+    elif rcond < 0 and driver != "gelsy":  # gelsd/gelss: a negative rcond means machine precision
+        rcond = float(jnp.finfo(real).eps)
+    if min(m, n) == 0 or self.size == 0 or (driver == "gelsy" and (k == 0 or 0 in batch)):
         s = jnp.zeros(self.shape[:-2] + (min(m, n),), real)
         X = jnp.zeros(batch + (n, k), self.dtype)
         rank = jnp.zeros(self.shape[:-2], jnp.int64)
+    elif driver == "gelsy":
+        X, rank = _gelsy(self, B, rcond)
     else:
         u, s, vh = jnp.linalg.svd(self, full_matrices=False)
         # gels (QR/LQ, which assumes full rank) ignores rcond, as LAPACK's does.
