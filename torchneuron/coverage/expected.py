@@ -86,8 +86,9 @@ _BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_b
 
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     # ---- rounding of half-precision results (see _HALF_ROUNDING)
-    **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward", "out"), _HALF,
-             _half_rounding),
+    **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward"), _HALF, _half_rounding),
+    **_cases(tuple(n for n in _BATCH_NORMS if n != "_batch_norm_with_update") + ("nn.functional.instance_norm",),
+             ("out",), _HALF, _half_rounding),
     **_cases(("native_layer_norm", "nn.functional.layer_norm", "nn.functional.adaptive_avg_pool2d",
               "nn.functional.avg_pool2d", "nn.functional.pad.replicate_negative", "cross",
               "nn.functional.scaled_dot_product_attention"), ("backward",), _HALF, _half_rounding),
@@ -290,6 +291,14 @@ def values_not_compared(op) -> Optional[str]:
 _AS_FORWARD = ("noncontiguous",)
 
 
+#: Expected failures whose first failing sample is a later one (its index): a run of
+#: fewer samples (the committed one-sample report) passes them without calling the entry
+#: stale.
+FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
+    key: 2 for key in _cases(("linalg.lstsq", "linalg.lstsq.grad_oriented"), ("backward",), ("float32", "complex64"), "")
+}
+
+
 def expected_failure(name: str, check: str, dtype) -> Optional[str]:
     """The reason case (name, check, dtype) is expected to fail, or None. Non-contiguous
     cases inherit the forward case's reason."""
@@ -322,6 +331,9 @@ def judge(outcome, name: str, check: str, dtype) -> Tuple[str, str]:
         if bad:
             problem = "CPU fallback: " + ", ".join(sorted(bad))
     why = expected_failure(name, check, dtype)
+    first = FIRST_FAILING_SAMPLE.get((name, check, str(dtype).replace("torch.", "")))
+    if why and not problem and first is not None and 0 < getattr(outcome, "samples", 0) <= first:
+        return "pass", ""  # the failing sample was not run
     if why:
         return ("xfail", why) if problem else ("xpass", f"listed as an expected failure ({why}) but passes")
     return ("fail", problem) if problem else ("pass", "")

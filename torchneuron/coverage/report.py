@@ -34,6 +34,7 @@ def _judged(records: List[dict]) -> List[dict]:
     class _O:  # the fields `expected.judge` reads
         def __init__(self, rec):
             self.status, self.reason, self.fallbacks = rec["status"], rec["reason"], rec["fallbacks"]
+            self.samples = rec.get("samples", 0)
 
     for rec in records:
         rec["verdict"], rec["why"] = expected.judge(_O(rec), rec["name"], rec["check"], rec["dtype"])
