@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 from jax._src import dtypes as jax_dtypes
 
 from ..runtime import dtypes as dt
@@ -217,3 +218,43 @@ class _PyMath:
     imag = staticmethod(lambda v: v.imag)
     logical_not = staticmethod(lambda v: not v)
     isfinite = staticmethod(math.isfinite)
+
+
+def _exact(x):
+    return x
+
+
+def half_rounding(dtype):
+    """The rounding of one arithmetic operation of ATen's CPU kernel in `dtype`: for
+    float16/bfloat16 (Vectorized<Half>/<BFloat16> compute each operation in float32 and
+    round to the half type) a rounding to that type's bits in float32; identity
+    otherwise. `lax.reduce_precision` rounds normal numbers (XLA keeps it, where it may
+    fold a convert pair away under excess precision) but flushes subnormals to zero, so
+    float16's subnormals are rounded to multiples of 2**-24 here (exact scalings by
+    powers of two); bfloat16's are float32's own."""
+    dtype = jnp.dtype(dtype)
+    if dtype not in (jnp.float16, jnp.bfloat16):
+        return _exact
+    info = jnp.finfo(dtype)
+
+    def r(x):
+        y = lax.reduce_precision(x, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+        if dtype != jnp.float16:
+            return y
+        sub = jnp.round(x * 2.0 ** 24) * 2.0 ** -24  # round half to even, as the conversion
+        return jnp.where(jnp.abs(x) < 2.0 ** -14, sub, y)
+
+    return r
+
+
+def true_divide(a, b):
+    """a / b as IEEE division rounds it, as CPU's kernels divide (same shapes and dtypes
+    as `/`). XLA's algebraic simplifier rewrites a division by a broadcast (a scalar, a
+    constant, a row) into a multiplication by the reciprocal, one ulp off for about a
+    third of the quotients, with no flag to turn it off (jaxlib 0.10.2); behind an
+    optimization barrier the broadcast denominator stays a divisor."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if not jnp.issubdtype(jnp.result_type(a, b), jnp.inexact):
+        return a / b
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    return a / lax.optimization_barrier(jnp.broadcast_to(b, shape))

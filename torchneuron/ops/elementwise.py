@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import _category, cast, check_scalar, convert, is_float, is_number, result_type
+from ._common import _category, cast, check_scalar, convert, half_rounding, is_float, is_number, result_type, true_divide
 from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
@@ -111,7 +111,7 @@ def div(self, other, rounding_mode=None):
     c = _compute(out)
     a, b = cast(self, c), cast(other, c)
     if rounding_mode is None:
-        return (a / b).astype(out)
+        return true_divide(a, b).astype(out)
     if jnp.issubdtype(c, jnp.integer):
         a, b = jnp.broadcast_arrays(a, b)  # lax.div does not broadcast (x // y of shapes (3, 1) and (2,))
         if rounding_mode == "trunc":
@@ -120,12 +120,12 @@ def div(self, other, rounding_mode=None):
             return lax.div(a, jnp.where(b == 0, 1, b)).astype(out)
         context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
         return _floor_divide_int(a, b).astype(out)
-    q = a / b
+    q = true_divide(a, b)
     if rounding_mode == "trunc":
         return jnp.trunc(q).astype(out)
     # ATen's floor division: floor((a - fmod(a, b)) / b) with sign fix-up.
     mod = jnp.fmod(a, b)
-    d = (a - mod) / b
+    d = true_divide(a - mod, b)
     d = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d)
     fl = jnp.floor(d)
     fl = jnp.where(d - fl > 0.5, fl + 1, fl)
@@ -834,7 +834,9 @@ def threshold(self, threshold, value):
 
 @lowering(aten.leaky_relu.default)
 def leaky_relu(self, negative_slope=0.01):
-    return jnp.where(self > 0, self, self * cast(negative_slope, self.dtype))
+    """`aten::leaky_relu`: CPU multiplies half types in float32 by the unrounded slope."""
+    x = self.astype(_compute(self.dtype))
+    return jnp.where(x > 0, x, x * negative_slope).astype(self.dtype)
 
 
 @lowering(aten.leaky_relu_backward.default)
@@ -873,12 +875,16 @@ def softplus(self, beta=1, threshold=20):
 
 @lowering(aten.hardsigmoid.default)
 def hardsigmoid(self):
-    return (jnp.clip(self + 3, 0, 6) / 6).astype(self.dtype)
+    """`aten::hardsigmoid`: clip(x + 3, 0, 6) / 6, half types in float32 as on CPU."""
+    x = self.astype(_compute(self.dtype))
+    return (jnp.clip(x + 3, 0, 6) / 6).astype(self.dtype)
 
 
 @lowering(aten.hardswish.default)
 def hardswish(self):
-    return (self * jnp.clip(self + 3, 0, 6) / 6).astype(self.dtype)
+    """`aten::hardswish`: x * clip(x + 3, 0, 6) / 6, half types in float32 as on CPU."""
+    x = self.astype(_compute(self.dtype))
+    return (x * jnp.clip(x + 3, 0, 6) / 6).astype(self.dtype)
 
 
 @lowering(aten.mish.default)
@@ -890,11 +896,48 @@ def mish(self):
 
 @lowering(aten.logit.default)
 def logit(self, eps=None):
+    """`aten::logit`: log(x / (1 - x)), x first clamped to [eps, 1 - eps]. For half
+    types CPU rounds the clamp bounds, 1 - x and the quotient to the type (its
+    Vectorized<Half> kernel), which matters where x / (1 - x) is near 1."""
     out = _out()
+    r = half_rounding(out)
     x = cast(self, _compute(out))
     if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x)).astype(out)
+        x = jnp.clip(x, r(jnp.float32(eps)), r(1 - jnp.float32(eps)))
+    return jnp.log(r(x / r(1 - x))).astype(out)
+
+
+def _times_log(x, y, log, out):
+    """x * log(y) as CPU's xlogy/xlog1py kernels: 0 where x == 0 (also for y = inf or
+    0), NaN where y is NaN; half types round log(y) to the type before the product."""
+    c = _compute(out)
+    x, y = cast(x, c), cast(y, c)
+    product = jnp.where(x == 0, jnp.zeros((), c), x * half_rounding(out)(log(y)))
+    return jnp.where(jnp.isnan(y), jnp.full((), jnp.nan, c), product).astype(out)
+
+
+@lowering(aten.xlogy)
+def xlogy(self, other):
+    """`aten::xlogy` (all overloads): self * log(other), see `_times_log`."""
+    return _times_log(self, other, jnp.log, _out())
+
+
+@lowering(aten.special_xlog1py)
+def special_xlog1py(self, other):
+    """`aten::special_xlog1py` (all overloads): self * log1p(other), see `_times_log`."""
+    return _times_log(self, other, jnp.log1p, _out())
+
+
+@lowering(aten.special_entr.default)
+def special_entr(self):
+    """`aten::special_entr`: -x * log(x) for x > 0, 0 at 0, -inf below, NaN kept; half
+    types round log(x) to the type before the product, as CPU's kernel."""
+    out = _out()
+    c = _compute(out)
+    x = cast(self, c)
+    positive = -x * half_rounding(out)(jnp.log(jnp.where(x > 0, x, jnp.ones((), c))))
+    y = jnp.where(x > 0, positive, jnp.where(x == 0, jnp.zeros((), c), jnp.full((), -jnp.inf, c)))
+    return jnp.where(jnp.isnan(x), x, y).astype(out)
 
 
 # ------------------------------------------------------------------ ternary

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._common import acc_type
+from ._common import _exact, acc_type, half_rounding
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -36,33 +36,6 @@ aten = torch.ops.aten
 BILINEAR, NEAREST, BICUBIC = 0, 1, 2  # at::native::GridSamplerInterpolation
 ZEROS, BORDER, REFLECTION = 0, 1, 2  # at::native::GridSamplerPadding
 _CUBIC_A = -0.75
-
-
-def _exact(x):
-    return x
-
-
-def half_rounding(dtype):
-    """The rounding of one arithmetic operation of ATen's CPU kernel in `dtype`: for
-    float16/bfloat16 (Vectorized<Half>/<BFloat16> compute each operation in float32 and
-    round to the half type) a rounding to that type's bits in float32; identity
-    otherwise. `lax.reduce_precision` rounds normal numbers (XLA keeps it, where it may
-    fold a convert pair away under excess precision) but flushes subnormals to zero, so
-    float16's subnormals are rounded to multiples of 2**-24 here (exact scalings by
-    powers of two); bfloat16's are float32's own."""
-    dtype = jnp.dtype(dtype)
-    if dtype not in (jnp.float16, jnp.bfloat16):
-        return _exact
-    info = jnp.finfo(dtype)
-
-    def r(x):
-        y = lax.reduce_precision(x, exponent_bits=info.nexp, mantissa_bits=info.nmant)
-        if dtype != jnp.float16:
-            return y
-        sub = jnp.round(x * 2.0 ** 24) * 2.0 ** -24  # round half to even, as the conversion
-        return jnp.where(jnp.abs(x) < 2.0 ** -14, sub, y)
-
-    return r
 
 
 def unnormalize(coord, size: int, align_corners: bool, r=_exact):

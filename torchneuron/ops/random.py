@@ -397,9 +397,9 @@ def _rrelu(self, noise, lower, upper, training):
     """(output, new noise) of CPU's rrelu_with_noise: in training each x <= 0 is scaled
     by a slope drawn from U[lower, upper], recorded in noise (1 elsewhere); otherwise
     leaky_relu with the mean slope and noise unchanged."""
-    if not training:
-        slope = (lower + upper) / 2
-        return jnp.where(self > 0, self, self * jnp.asarray(slope, self.dtype)), noise
+    if not training:  # the unrounded mean slope, half types in float32 (CPU's leaky_relu)
+        x = self.astype(jnp.float32) if self.dtype in (jnp.float16, jnp.bfloat16) else self
+        return jnp.where(x > 0, x, x * ((lower + upper) / 2)).astype(self.dtype), noise
     r = _uniform(self.shape, self.dtype, lower, upper)
     negative = self <= 0
     return jnp.where(negative, self * r, self), jnp.where(negative, r, jnp.ones((), noise.dtype)).astype(noise.dtype)

@@ -20,7 +20,7 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from ..runtime import dtypes as dt
-from ._common import acc_type, convert, is_float
+from ._common import acc_type, convert, is_float, true_divide
 from .factory import float_linspace
 from .indexing import not_implemented
 from .registry import context, lowering, meta_check, meta_impl
@@ -96,7 +96,7 @@ def mean(self, dim=None, keepdim=False, dtype=None):
     acc = acc_type(context().out_dtype())
     axes = _axes(dim, self.ndim)
     total = jnp.sum(self.astype(acc), axis=axes)
-    return _shaped(total / jnp.asarray(_count(self.shape, axes), acc))
+    return _shaped(true_divide(total, jnp.asarray(_count(self.shape, axes), acc)))
 
 
 @lowering(aten.mean.default, eager=False)
