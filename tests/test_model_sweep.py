@@ -214,6 +214,30 @@ class _Eager(_Tiny):
     forward = torch._dynamo.disable(_Tiny.forward)
 
 
+def test_a_worker_killed_in_the_move_to_neuron_is_a_load_error(monkeypatch, tmp_path):
+    """The result file says `covered` before any neuron stage starts, so the runner files
+    a worker that dies there under that stage, counted in the pass rates."""
+    from torchneuron.sweep import enumerate as models
+
+    monkeypatch.setattr(models, "build", lambda name, seed=0: (_Tiny("whole").eval(), [{"x": torch.randn(3, 4)}]))
+    path = tmp_path / "result.json"
+    on_disk = []
+    to = torch.nn.Module.to
+
+    def record_then_move(self, *args, **kwargs):
+        if args and str(args[0]) == "neuron" and not on_disk:
+            on_disk.append(json.loads(path.read_text()))
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", record_then_move)
+    worker.run_model("test/whole", path=str(path), compile=False)
+    assert on_disk and on_disk[0]["covered"] and on_disk[0]["stages"] == {}, on_disk
+    result = dict(on_disk[0])
+    runner._record_failure(result, "Crash", "worker killed by signal SIGKILL")
+    assert result["stages"]["load"] == {"status": "error", "error_type": "Crash",
+                                        "error": "worker killed by signal SIGKILL"}
+
+
 @pytest.mark.parametrize("kind, status, graphs, breaks", [
     ("whole", "pass", 1, 0),
     ("break", "partial", 2, 1),

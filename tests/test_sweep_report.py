@@ -48,8 +48,16 @@ def test_aggregates_match_hand_counts():
     assert counts["backward"] == {"pass": 2, "fallback": 1, "mismatch": 1}
     assert counts["compile"] == {"pass": 2, "error": 1, "fallback": 1}
     # Forward and backward both pass with no fallback: timm/a only, of 4 covered.
-    assert report.rates(RESULTS) == {"covered": 4, "not_covered": 1, "eager": 0.25, "compiled": 0.5}
+    assert report.rates(RESULTS) == {"covered": 4, "not_covered": 1, "eager": 0.25, "compiled": 0.5,
+                                     "eager_strict": 0.25, "compiled_strict": 0.5}
     assert report.rates(RESULTS, "timm")["eager"] == 0.5
+    # A stage passed by the float64 check counts, and is left out of the strict rates.
+    by_float64 = json.loads(json.dumps(RESULTS))
+    by_float64["models"]["timm/a"]["stages"]["backward"]["criterion"] = "float64 reference"
+    assert report.rates(by_float64)["eager"] == 0.25 and report.rates(by_float64)["eager_strict"] == 0.0
+    assert report.rates(by_float64)["compiled_strict"] == 0.5
+    # The first N models of each suite (N the larger suite's count), at the recorded time limit.
+    assert report.regenerate_command(RESULTS) == "python -m torchneuron sweep --suite all --limit 3 --jobs 1 --timeout 180"
     ops = report.blocking_ops(RESULTS)
     assert ops[0] == ("aten::foo", 2, ["timm/b", "transformers/d"])
     assert {op for op, _, _ in ops} == {"aten::foo", "aten::bar", "aten::baz"}
@@ -170,3 +178,21 @@ def test_cli_refuses_unknown_models_and_bad_results_files(tmp_path, capsys):
     status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
     assert status == 2 and "not a sweep results file" in err, err
     assert not (tmp_path / "r.html").exists()
+    for entry in ({"covered": True, "stages": {}}, {"model": "timm/a", "covered": True}):
+        out.write_text(json.dumps({"meta": {}, "models": {"timm/a": entry}}))
+        status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "r.html"))
+        assert status == 2 and "the entry for 'timm/a' is not a model's result" in err, err
+    # The report's directory is made, as the sweep makes its results file's.
+    out.write_text(json.dumps(RESULTS))
+    status, err = _cli(capsys, "report", "--results", str(out), "--out", str(tmp_path / "new" / "r.html"))
+    assert status == 0 and (tmp_path / "new" / "r.html").exists(), err
+
+
+@pytest.mark.parametrize("flag, value", [("--jobs", "0"), ("--limit", "-1"), ("--timeout", "-5")])
+def test_cli_refuses_out_of_range_counts(flag, value, capsys):
+    """argparse's usage error (exit 2) before anything runs: `--limit -1` would slice off
+    the last model and `--jobs 0` fail inside the process pool."""
+    with pytest.raises(SystemExit) as exit_:
+        _cli(capsys, "sweep", "--model", "timm/test_resnet", flag, value, "--report", "")
+    assert exit_.value.code == 2
+    assert f"argument {flag}: must be at least" in capsys.readouterr().err

@@ -13,9 +13,9 @@ def add_commands(commands) -> None:
                             description="Runs each model in its own subprocess with a time limit; "
                                         "the results file is resumable (models in it are skipped).")
     p.add_argument("--suite", choices=["transformers", "timm", "all"], default="all")
-    p.add_argument("--limit", type=int, default=None, help="first N models of each suite")
-    p.add_argument("--jobs", type=int, default=1, help="models run at a time")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds per model")
+    p.add_argument("--limit", type=_at_least(0, int), default=None, help="first N models of each suite")
+    p.add_argument("--jobs", type=_at_least(1, int), default=1, help="models run at a time")
+    p.add_argument("--timeout", type=_at_least(0, float), default=600.0, help="seconds per model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", action="append", help="run only this model (repeatable), e.g. timm/resnet18")
     p.add_argument("--out", default=DEFAULT_RESULTS, help="results file (JSON)")
@@ -26,6 +26,21 @@ def add_commands(commands) -> None:
     r.add_argument("--results", default=DEFAULT_RESULTS)
     r.add_argument("--out", default=DEFAULT_REPORT)
     r.set_defaults(func=_report)
+
+
+def _at_least(low, kind):
+    """An argparse type: `kind` of the argument, refused (argparse's usage error) below
+    `low`."""
+    import argparse
+
+    def parse(text):
+        value = kind(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" error
+    return parse
 
 
 def _sweep(args) -> int:

@@ -54,6 +54,10 @@ def load(path: str, missing_ok: bool = True) -> dict:
         raise SweepError(f"the results file {path} is not valid JSON (truncated?): {e}; {fix}") from None
     if not isinstance(results, dict) or not isinstance(results.get("models"), dict):
         raise SweepError(f"{path} is not a sweep results file (no \"models\" object); {fix}")
+    for name, entry in results["models"].items():
+        if not (isinstance(entry, dict) and entry.get("model") == name and isinstance(entry.get("stages"), dict)):
+            raise SweepError(f"{path}: the entry for {name!r} is not a model's result (it needs its "
+                             f"\"model\" name and a \"stages\" object); {fix}")
     return results
 
 
@@ -263,7 +267,7 @@ def _check_names(names: list[str]) -> None:
 
 
 def sweep(suite: str = "all", limit: int | None = None, jobs: int = 1, out: str = "sweep/results.json",
-          timeout_s: float = 180.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
+          timeout_s: float = 600.0, seed: int = 0, names: list[str] | None = None, progress: bool = True,
           compile: bool = True, command: str = "") -> dict:
     """Runs the models of `suite` (the first `limit` of each suite, or `names`) that
     `out` does not hold yet, `jobs` at a time, saving `out` after each; `command` is

@@ -307,6 +307,9 @@ def run_model(name: str, seed: int = 0, path: str | None = None, compile: bool =
         return result
     result["covered"] = True
     result["params"] = sum(p.numel() for p in model.parameters())
+    # On disk before the move to neuron: a worker killed from here on (a crash, a hang,
+    # the OOM killer) is that stage's error, not a model the sweep could not build.
+    _save(result, path)
     cpu_time = time.perf_counter() - start
 
     with _Stage(result, "load", path) as st:
