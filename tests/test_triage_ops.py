@@ -267,6 +267,7 @@ _ROUNDING_OPS = {
     "entr": lambda x, y: torch.special.entr(y),
     "logit": lambda x, y: torch.logit(y / 10),
     "logit_eps": lambda x, y: torch.logit(y / 10, eps=0.01),
+    "logit_eps_over_half": lambda x, y: torch.logit(y / 10, eps=0.6),  # bounds cross: below lo gives lo
     "leaky_relu": lambda x, y: F.leaky_relu(x),
     "rrelu_eval": lambda x, y: F.rrelu(x, training=False),
     "hardsigmoid": lambda x, y: F.hardsigmoid(x),

@@ -902,8 +902,9 @@ def logit(self, eps=None):
     out = _out()
     r = half_rounding(out)
     x = cast(self, _compute(out))
-    if eps is not None:
-        x = jnp.clip(x, r(jnp.float32(eps)), r(1 - jnp.float32(eps)))
+    if eps is not None:  # CPU's x < lo ? lo : (x > hi ? hi : x), also for eps > 0.5 (lo > hi)
+        lo, hi = r(jnp.float32(eps)), r(1 - jnp.float32(eps))
+        x = jnp.where(x < lo, lo, jnp.where(x > hi, hi, x))
     return jnp.log(r(x / r(1 - x))).astype(out)
 
 

@@ -149,10 +149,19 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     stride, storage_offset)`` overwritten by `src`, the storage being the one `self`
     views (in a compiled graph, by its fake tensor's strides and offset; see
     `views.as_strided`). Every element of `self` at a written storage position takes
-    the value written there, aliases included."""
+    the value written there, aliases included. RuntimeError (ATen's setStorage check)
+    when the window reaches past that storage."""
     in_stride, in_offset = views.input_layout(self)
     held = views.storage_positions(self.shape, in_stride, in_offset)
-    written = views.storage_positions(tuple(size), tuple(stride), storage_offset or 0)
+    offset = storage_offset or 0
+    if 0 not in size:
+        need, have = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1, int(held.max(initial=-1)) + 1
+        if need > have:
+            item = self.dtype.itemsize
+            raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+                               f"and itemsize {item} requiring a storage size of {need * item} are out of bounds "
+                               f"for storage of size {have * item}")
+    written = views.storage_positions(tuple(size), tuple(stride), offset)
     window = np.full(max(int(held.max(initial=-1)), int(written.max(initial=-1))) + 1, -1, dtype=np.int64)
     window[written] = np.arange(written.size)
     source = window[held]
