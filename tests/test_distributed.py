@@ -28,12 +28,10 @@ COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast_reduce_g
                "all_to_all", "point_to_point", "coalesced", "functional_collectives",
                "compiled_functional_collectives", "mismatch_raises", "predicted_all_reduce", "dtensor",
                "ddp_features"]
-# CI runs FSDP2 training (with the checkpoint round trip) on two ranks and a sample of
-# the collectives on four (within the suite's time budget); DDP and tensor-parallel
-# training (DDP's features are in ddp_features, DTensor in dtensor) and the other
-# four-rank cases are --runslow.
-TRAINING_CI = ["gpt_fsdp2_and_checkpoint"]
-TRAINING_SLOW = ["gpt_ddp", "gpt_tp"]
+# CI runs DDP, FSDP2 (with the checkpoint round trip) and tensor-parallel training on
+# two ranks (about 45 s together) and a sample of the collectives on four (within the
+# suite's time budget); the other four-rank cases are --runslow.
+TRAINING_CI = ["gpt_ddp", "gpt_fsdp2_and_checkpoint", "gpt_tp"]
 FOUR_CI = ["all_reduce", "reduce_scatter", "all_to_all", "point_to_point", "predicted_all_reduce"]
 FOUR_SLOW = [name for name in COLLECTIVES if name not in FOUR_CI]
 
@@ -75,11 +73,6 @@ def two_ranks(tmp_path_factory):
     # local_rank_device must come first: it needs a process with no neuron tensor yet.
     return launch(tmp_path_factory.mktemp("two"), 2, ["local_rank_device"] + COLLECTIVES + TRAINING_CI + ["dead_rank"],
                   pg_timeout=60)
-
-
-@pytest.fixture(scope="module")
-def two_ranks_slow(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("two_slow"), 2, TRAINING_SLOW)
 
 
 @pytest.fixture(scope="module")
@@ -304,12 +297,6 @@ def test_piggyback_context_learns_unequal_buckets():
 @pytest.mark.parametrize("name", ["local_rank_device"] + COLLECTIVES + TRAINING_CI)
 def test_two_ranks(two_ranks, name):
     assert_ok(two_ranks, name, range(2))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", TRAINING_SLOW)
-def test_two_ranks_training(two_ranks_slow, name):
-    assert_ok(two_ranks_slow, name, range(2))
 
 
 def test_two_ranks_no_cpu_fallback(two_ranks):
