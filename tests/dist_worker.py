@@ -354,6 +354,18 @@ def mismatch_raises():
                      "an all_reduce averaging on some ranks and summing on others")
     _raises_mismatch(lambda: dist.barrier() if rank == 0 else dist.all_reduce(t),
                      "a barrier facing an all_reduce")
+    # all_to_all whose sends do not fit the receiving rank's output splits (rank 0 sends
+    # 2 elements to every rank, which expect 1 from it), or splits not adding up.
+    _raises_mismatch(lambda: dist.all_to_all_single(torch.empty(world, device=DEV),
+                                                    torch.ones(world * (2 if rank == 0 else 1), device=DEV)),
+                     "all_to_all_single with sizes that do not fit each other")
+    _raises_mismatch(lambda: dist.all_to_all_single(torch.empty(world, device=DEV), torch.ones(world, device=DEV),
+                                                    input_split_sizes=[1] * world if rank else [world] + [0] * (world - 1),
+                                                    output_split_sizes=[1] * world),
+                     "all_to_all_single with splits that send rank 0's all to rank 0")
+    _raises_mismatch(lambda: dist.all_to_all([torch.empty(1, device=DEV) for _ in range(world)],
+                                             [torch.ones(1 + (rank == 0), device=DEV) for _ in range(world)]),
+                     "all_to_all with lists of tensors that do not fit each other")
     dist.all_reduce(t)  # the group still works afterwards
     _close(t, torch.full((3,), float(world)))
 
@@ -479,6 +491,19 @@ def predicted_all_reduce():
         assert predictor.predict() is not None and "float32[6]" in predictor.predict()[0]
         repeat(n=2, size=6)
         assert predictor.predict() is None, "a broadcast is predicted as an all_reduce"
+        dist.broadcast(b, src=0)
+    # A rank whose earlier op failed a device-side check raises it from its next
+    # collective without taking part; caught and retried, the histories stay together.
+    until_predicted(size=6)
+    if rank == world - 1:
+        torch.ones(3, device=DEV)[torch.tensor([7], device=DEV)]  # out of range: raised later
+        try:
+            dist.all_gather_into_tensor(torch.empty(6 * world, device=DEV), torch.ones(6, device=DEV))
+            raise AssertionError("the pending IndexError was not raised by the collective")
+        except IndexError:
+            pass
+    for _ in range(3 * piggyback.CONTEXT):
+        repeat(n=1, size=6)
         dist.broadcast(b, src=0)
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
+from ..runtime import checks
 from . import metadata, piggyback, staging
 
 _AVG = dist.ReduceOp.AVG
@@ -281,6 +282,11 @@ class NeuronBackend(c10d.Backend):
         metadata every rank must agree on (default: all tensors' dtypes and shapes);
         `spec` is the collective's `piggyback.Spec` where it has one."""
         self._after_pending_writes(_flatten(inplace) + _flatten(inputs) + _flatten(outputs))
+        # A failed device-side check (an out-of-range index earlier on this rank) raises
+        # here, before this rank takes part in any exchange: raised by the host copies
+        # below, after the agreement began, it would leave this rank's history a
+        # collective short of the others' and their predictions apart.
+        checks.raise_pending()
         agreed = self._agree(metadata.describe(name, check if check is not None else (inplace, inputs, outputs)),
                              spec)
         host_of = {}
@@ -509,12 +515,41 @@ class NeuronBackend(c10d.Backend):
                             inputs, outputs, epilogue=epilogue, check=check)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
-        return self._staged(
-            "all_to_all_single",
-            lambda io, i, o: self._gloo.alltoall_base(o[0], i[0], output_split_sizes,
-                                                      input_split_sizes, opts),
-            [input], [output],
-            check=([input.dtype], [output.dtype]))
+        def run(io, i, o):
+            self._check_splits(input, output, input_split_sizes, output_split_sizes)
+            return self._gloo.alltoall_base(o[0], i[0], output_split_sizes, input_split_sizes, opts)
+
+        return self._staged("all_to_all_single", run, [input], [output], check=([input.dtype], [output.dtype]))
+
+    def _check_splits(self, input, output, input_split_sizes, output_split_sizes) -> None:
+        """Raises `ValueError` on every rank unless what each rank sends to each other
+        rank is what that rank expects to receive from it (in elements), and each rank's
+        split sizes add up to its tensors' first dimension. The ranks differ in their
+        splits, so this is an exchange of the split sizes themselves (after the
+        agreement: every rank is in this all_to_all), not of a digest; gloo given
+        mismatched splits hangs or corrupts the data."""
+        def elements(t, splits):
+            rows = t.shape[0] if t.dim() else 1
+            per_row = t.numel() // rows if rows else 0
+            splits = list(splits) or [rows // self._size] * self._size
+            return sum(splits) == rows and len(splits) == self._size, [n * per_row for n in splits]
+
+        ok_in, sends = elements(input, input_split_sizes)
+        ok_out, receives = elements(output, output_split_sizes)
+        mine = torch.tensor([int(ok_in and ok_out)] + sends + receives, dtype=torch.int64)
+        every = torch.empty(self._size * mine.numel(), dtype=torch.int64)
+        self._gloo._allgather_base(every, mine).wait()
+        every = every.view(self._size, -1)
+        bad = [r for r in range(self._size) if not every[r, 0]]
+        if bad:
+            raise ValueError(f"mismatched collective across ranks: all_to_all split sizes of rank(s) {bad} do "
+                             f"not add up to their tensors' first dimension (or are not one per rank)")
+        sent = every[:, 1:1 + self._size]  # sent[r, j]: elements rank r sends to rank j
+        expected = every[:, 1 + self._size:]  # expected[r, j]: elements rank r receives from rank j
+        if not torch.equal(sent, expected.T):
+            raise ValueError(f"mismatched collective across ranks: all_to_all split sizes do not fit (elements "
+                             f"rank r sends to rank j: {sent.tolist()}; rank j expects from rank r: "
+                             f"{expected.T.tolist()})")
 
 
     def alltoall(self, outputs, inputs, opts):
