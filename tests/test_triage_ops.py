@@ -328,3 +328,22 @@ def test_division_by_a_broadcast_is_ieee_division(case):
     fn = fns[case]
     got = fn(x.to("neuron"), d.to("neuron")).cpu()
     torch.testing.assert_close(got, fns[case if case != "compiled" else "row"](x, d), atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------- all-samples OpInfo finds
+@pytest.mark.parametrize("padding, stride", [("valid", 2), ("same", 1)])
+def test_conv2d_string_padding_forward_and_backward_match_cpu(padding, stride):
+    """padding='valid' reaches aten::convolution as [0]: one value for every spatial dim."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 4, 5, 5, generator=g, requires_grad=True)
+    w = torch.randn(2, 4, 2, 3, generator=g, requires_grad=True)
+
+    def run(device):
+        xd, wd = (t.detach().to(device).requires_grad_() for t in (x, w))
+        out = F.conv2d(xd, wd, stride=stride, padding=padding)
+        return [out.cpu(), *(t.cpu() for t in torch.autograd.grad(out.sum(), (xd, wd)))]
+
+    with no_fallback():
+        got = run("neuron")
+    for a, b in zip(got, run("cpu")):
+        torch.testing.assert_close(a, b)

@@ -632,8 +632,12 @@ def _conv_numbers(nsp: int):
 def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     """ATen's convolution (no bias) of x (N, C_in, *) by w in lax.conv terms. A
     transposed convolution is the forward convolution of the input dilated by
-    `stride`, with the kernel flipped and its in/out channels swapped per group."""
+    `stride`, with the kernel flipped and its in/out channels swapped per group. A
+    parameter of one value holds for every spatial dim (ATen's expand_param_if_needed;
+    padding='valid' arrives as [0])."""
     nsp = x.ndim - 2
+    stride, padding, dilation, output_padding = (tuple(v) * nsp if len(v) == 1 else tuple(v)
+                                                 for v in (stride, padding, dilation, output_padding))
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
