@@ -347,3 +347,13 @@ def test_conv2d_string_padding_forward_and_backward_match_cpu(padding, stride):
         got = run("neuron")
     for a, b in zip(got, run("cpu")):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("mode, shape", [("linear", (2, 3, 4)), ("bilinear", (2, 3, 4, 4)), ("trilinear", (1, 2, 3, 4, 4))])
+def test_linear_upsampling_of_float64_scales_in_double(mode, shape):
+    """CPU computes a float64 input's source coordinates in double: 1 / 1.7 rounded to
+    float32 moved them by about 1e-6, past float64's tolerance."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with no_fallback():
+        got = F.interpolate(x.to("neuron"), scale_factor=1.7, mode=mode).cpu()
+    torch.testing.assert_close(got, F.interpolate(x, scale_factor=1.7, mode=mode))

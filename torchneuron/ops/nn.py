@@ -1263,13 +1263,14 @@ def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, of
 
 
 # ------------------------------------------------------------------ upsampling
-def _scale(n_in, n_out, scale, align_corners=False):
-    """ATen's area_pixel_compute_scale / compute_scales_value, in float32."""
+def _scale(n_in, n_out, scale, align_corners=False, dtype=np.float32):
+    """ATen's area_pixel_compute_scale / compute_scales_value in `dtype` (float32, or
+    float64 where CPU's kernel computes in double: linear modes of float64 inputs)."""
     if align_corners:
-        return np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0)
+        return dtype((n_in - 1) / (n_out - 1)) if n_out > 1 else dtype(0)
     if scale is not None and scale > 0:
-        return np.float32(1.0 / scale)
-    return np.float32(n_in) / np.float32(n_out)
+        return dtype(1.0 / scale)
+    return dtype(n_in) / dtype(n_out)
 
 
 def _nearest_index(n_in, n_out, scale, exact):
@@ -1317,7 +1318,7 @@ _nearest_lowerings(aten._upsample_nearest_exact3d.default, aten._upsample_neares
 
 def _linear_weights(n_in, n_out, align_corners, scale, dtype):
     """(index0, index1, lambda0, lambda1) of CPU's linear interpolation along a dim."""
-    s = _scale(n_in, n_out, scale, align_corners).astype(dtype)
+    s = _scale(n_in, n_out, scale, align_corners, dtype)
     o = np.arange(n_out).astype(dtype)
     src = s * o if align_corners else np.maximum(s * (o + dtype(0.5)) - dtype(0.5), dtype(0))
     i0 = src.astype(np.int64)
