@@ -327,3 +327,17 @@ def test_division_by_a_broadcast_is_ieee_division(case):
     fn = fns[case]
     got = fn(x.to("neuron"), d.to("neuron")).cpu()
     torch.testing.assert_close(got, fns[case if case != "compiled" else "row"](x, d), atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------- histc bin arithmetic
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_histc_bins_follow_cpus_kernel_arithmetic(dtype):
+    """histc puts each value in the bin CPU's histogramdd kernel computes, each
+    operation rounded to the input's dtype (float16: -1.2011 in [-10, 10] by 100 bins
+    is bin 43, not 44) and the division an IEEE one. Fewer than 256 values per bin, so
+    the counts are exact in the half types."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(3000, generator=g) * 7).to(dtype)
+    x[0] = -1.201171875
+    for args in ((100, -10, 10), (97, -9, 11.3), (1000,)):
+        assert torch.equal(torch.histc(x.to("neuron"), *args).cpu(), torch.histc(x, *args)), args
