@@ -298,3 +298,28 @@ def test_argument_error_types_match_cpu(name):
 def test_histc_nan_data_with_a_range_counts_like_cpu():
     x = torch.tensor([float("nan"), 1., float("inf"), 0.5])
     assert torch.equal(torch.histc(x.to("neuron"), 4, 0, 2).cpu(), torch.histc(x, 4, 0, 2))
+
+
+# Ops whose CPU kernel has no float16/bfloat16 case: NotImplementedError, as on CPU,
+# where XLA would compute one.
+NO_HALF_KERNEL = {
+    "zeta": lambda x: torch.special.zeta(x + 1, x),
+    "zeta_self_scalar": lambda x: torch.special.zeta(2.0, x),
+    "ndtri": torch.special.ndtri,
+    "airy_ai": torch.special.airy_ai,
+    "bessel_j0": torch.special.bessel_j0,
+    "log_ndtr": torch.special.log_ndtr,
+    "chebyshev_polynomial_t": lambda x: torch.special.chebyshev_polynomial_t(x, 3),
+    "cdist": lambda x: torch.cdist(x.reshape(1, 3), x.reshape(3, 1).expand(3, 3)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", list(NO_HALF_KERNEL))
+def test_ops_without_a_cpu_half_kernel_raise_like_cpu(name, dtype):
+    fn = NO_HALF_KERNEL[name]
+    cpu = _raised(lambda d: fn(torch.full((3,), 0.25, dtype=dtype, device=d)), "cpu")
+    assert cpu[0] is NotImplementedError
+    assert _raised(lambda d: fn(torch.full((3,), 0.25, dtype=dtype, device=d)), "neuron") == cpu
+    x = torch.full((3,), 0.25)
+    assert torch.allclose(fn(x.to("neuron")).cpu(), fn(x), equal_nan=True)

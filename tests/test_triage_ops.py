@@ -341,3 +341,12 @@ def test_histc_bins_follow_cpus_kernel_arithmetic(dtype):
     x[0] = -1.201171875
     for args in ((100, -10, 10), (97, -9, 11.3), (1000,)):
         assert torch.equal(torch.histc(x.to("neuron"), *args).cpu(), torch.histc(x, *args)), args
+
+
+# ---------------------------------------------------------------- sign of NaN and -0.0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_sign_of_nan_and_negative_zero_is_cpus_positive_zero(dtype):
+    """CPU's sign is (0 < x) - (x < 0): NaN and -0.0 give +0.0, bit for bit."""
+    x = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0, float("inf"), -float("inf"), 2.0, -3.0], dtype=dtype)
+    for fn in (torch.sign, torch.sgn):
+        assert torch.equal(fn(x.to("neuron")).cpu().view(torch.uint8), fn(x).view(torch.uint8))
