@@ -350,3 +350,18 @@ def test_sign_of_nan_and_negative_zero_is_cpus_positive_zero(dtype):
     x = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0, float("inf"), -float("inf"), 2.0, -3.0], dtype=dtype)
     for fn in (torch.sign, torch.sgn):
         assert torch.equal(fn(x.to("neuron")).cpu().view(torch.uint8), fn(x).view(torch.uint8))
+
+
+# ---------------------------------------------------------------- LU with a NaN pivot
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.complex128])
+def test_lu_with_a_nan_pivot_propagates_nan_as_lapack(dtype):
+    """getrf divides by a NaN pivot (XLA skips it as a zero one): L's column and the
+    trailing matrix become NaN, so linalg.solve is all NaN, as on CPU."""
+    A = torch.tensor([[2., 1., 0.], [1., float("nan"), 1.], [0., 1., 4.]]).to(dtype)
+    b = torch.ones(3, 2, dtype=dtype)
+    x = torch.linalg.solve(A.to("neuron"), b.to("neuron")).cpu()
+    assert torch.equal(x.isnan(), torch.linalg.solve(A, b).isnan()) and x.isnan().all()
+    lu, piv = torch.linalg.lu_factor(A.to("neuron"))
+    lu_cpu, piv_cpu = torch.linalg.lu_factor(A)
+    assert torch.equal(lu.cpu().isnan(), lu_cpu.isnan()) and torch.equal(piv.cpu(), piv_cpu)
+    assert torch.equal(lu.cpu().nan_to_num(7), lu_cpu.nan_to_num(7))
