@@ -196,3 +196,130 @@ def test_add_alpha_kind_errors_like_cpu():
                    lambda x: x.add_(x, alpha=alpha), lambda x: torch.add(x, x, alpha=alpha, out=torch.empty_like(x))):
             got, want = _outcome(fn, "neuron", torch.int64), _outcome(fn, "cpu", torch.int64)
             assert got == want
+
+
+def _raised(fn, device):
+    """(exception type, message) fn(device) raises, synchronizing on neuron so that
+    device-side checks report; (None, "") if it does not raise."""
+    try:
+        fn(device)
+        if device != "cpu":
+            torch.neuron.synchronize()
+    except Exception as exc:  # noqa: BLE001 - comparing whatever is raised
+        return type(exc), str(exc)
+    return None, ""
+
+
+def _t(v, d, dtype=None):
+    return torch.tensor(v, device=d, dtype=dtype)
+
+
+_F = torch.nn.functional
+_X = lambda d, *s: torch.arange(float(torch.Size(s or (2, 3)).numel()), device=d).reshape(s or (2, 3))  # noqa: E731
+
+# Argument errors CPU's kernels raise and PyTorch's meta kernels miss or raise as
+# another type; the message is CPU's too.
+ARG_ERRORS = {
+    "index_select_float_index": lambda d: torch.index_select(_X(d), 0, _t([1.], d)),
+    "index_select_int16_index": lambda d: torch.index_select(_X(d), 0, _t([1], d, torch.int16)),
+    "index_select_2d_index": lambda d: torch.index_select(_X(d), 0, _t([[1]], d)),
+    "index_select_out_2d_index": lambda d: torch.index_select(_X(d), 0, _t([[1]], d), out=torch.empty(1, 3, device=d)),
+    "index_select_oob_dim1": lambda d: torch.index_select(_X(d), 1, _t([3], d)),
+    "index_select_oob_dim1_negative": lambda d: torch.index_select(_X(d, 2, 3, 4), -2, _t([0, -1], d)),
+    "index_select_oob_empty_self": lambda d: torch.index_select(_X(d, 2, 0, 3), 2, _t([5], d)),
+    "index_select_oob_dim2": lambda d: torch.index_select(_X(d, 2, 3, 4), 2, _t([4], d)),
+    "index_add_float_index": lambda d: _X(d).index_add(0, _t([1.], d), _X(d, 1, 3)),
+    "index_add_bool_index": lambda d: _X(d).index_add_(0, _t([True], d), _X(d, 1, 3)),
+    "index_add_2d_index": lambda d: _X(d).index_add(0, _t([[1]], d), _X(d, 1, 3)),
+    "index_copy_int32_index": lambda d: _X(d).index_copy(0, _t([1], d, torch.int32), _X(d, 1, 3)),
+    "index_copy_2d_index": lambda d: _X(d).index_copy_(0, _t([[1]], d), _X(d, 1, 3)),
+    "index_fill_float_index": lambda d: _X(d).index_fill(0, _t([1.], d), 1.),
+    "index_fill_int32_index": lambda d: _X(d).index_fill_(0, _t([1], d, torch.int32), _t(1., d)),
+    "index_fill_2d_index": lambda d: _X(d).index_fill(0, _t([[1]], d), 1.),
+    "masked_scatter_uint8_mask": lambda d: _X(d).masked_scatter(_t([1, 0, 1], d, torch.uint8), _X(d)),
+    "masked_scatter__float_mask": lambda d: _X(d).masked_scatter_(_t([1., 0., 1.], d), _X(d)),
+    "amax_zero_size_dim": lambda d: torch.amax(_X(d, 2, 0), 1),
+    "amin_zero_size_dims": lambda d: torch.amin(_X(d, 0, 2, 0), (-1, 0), keepdim=True),
+    "amax_empty_all": lambda d: torch.amax(_X(d, 2, 0)),
+    "aminmax_zero_size_dim": lambda d: torch.aminmax(_X(d, 2, 0), dim=-1),
+    "aminmax_empty_all": lambda d: torch.aminmax(_X(d, 2, 0)),
+    "conv1d_negative_dilation": lambda d: _F.conv1d(_X(d, 1, 1, 5), _X(d, 1, 1, 2), dilation=-1),
+    "conv2d_zero_dilation": lambda d: _F.conv2d(_X(d, 1, 1, 5, 5), _X(d, 1, 1, 2, 2), dilation=(1, 0)),
+    "conv3d_negative_padding": lambda d: _F.conv3d(_X(d, 1, 1, 4, 4, 4), _X(d, 1, 1, 2, 2, 2), padding=-1),
+    "conv1d_zero_stride": lambda d: _F.conv1d(_X(d, 1, 1, 5), _X(d, 1, 1, 2), stride=0),
+    "conv2d_zero_groups": lambda d: _F.conv2d(_X(d, 1, 1, 5, 5), _X(d, 1, 1, 2, 2), groups=0),
+    "conv_transpose2d_negative_output_padding":
+        lambda d: _F.conv_transpose2d(_X(d, 1, 1, 5, 5), _X(d, 1, 1, 2, 2), output_padding=-1),
+    "embedding_3d_weight": lambda d: _F.embedding(_t([0], d), _X(d, 2, 2, 2)),
+    "narrow_copy_dim_past_last": lambda d: _X(d, 2, 2, 2).narrow_copy(3, 0, 1),
+    "narrow_copy_0d": lambda d: _t(1., d).narrow_copy(0, 0, 1),
+    "cat_0d": lambda d: torch.cat([_t(1., d), _t(2., d)]),
+    "cat_out_0d": lambda d: torch.cat([_X(d), _t(2., d)], out=torch.empty(3, device=d)),
+    "bucketize_2d_boundaries": lambda d: torch.bucketize(_X(d, 3), _X(d, 2, 2)),
+    "bucketize_scalar_0d_boundaries": lambda d: torch.bucketize(1.0, _t(1., d)),
+}
+
+
+@pytest.mark.parametrize("name", list(ARG_ERRORS))
+def test_argument_errors_match_cpu(name):
+    cpu = _raised(ARG_ERRORS[name], "cpu")
+    assert cpu[0] is not None, "the case must be an error on CPU"
+    assert _raised(ARG_ERRORS[name], "neuron") == cpu
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_index_ops_take_cpus_index_dtypes(dtype):
+    x, idx = torch.arange(6.).reshape(2, 3), torch.tensor([1, 0], dtype=dtype)
+    for d in ("neuron",):
+        xd, idd = x.to(d), idx.to(d)
+        assert torch.equal(torch.index_select(xd, 1, idd).cpu(), torch.index_select(x, 1, idx))
+        assert torch.equal(xd.index_add(0, idd, xd).cpu(), x.index_add(0, idx, x))
+    assert torch.equal(x.to("neuron").narrow_copy(1, 1, 2).cpu(), x.narrow_copy(1, 1, 2))
+    assert torch.equal(x.t().to("neuron").narrow_copy(-1, 0, 1).cpu(), x.t().narrow_copy(-1, 0, 1))
+
+
+# Errors whose type is CPU's (the message may differ): histc's range of NaN or inf data
+# is found on the device.
+ARG_ERROR_TYPES = {
+    "histc_nan_data_range": lambda d: torch.histc(_t([float("nan"), 1.], d), 4),
+    "histc_inf_data_range": lambda d: torch.histc(_t([1., float("inf")], d), 4),
+    "histc_negative_inf_data_range": lambda d: torch.histc(_t([1., -float("inf")], d, torch.float16), 4),
+    "histc_inf_max": lambda d: torch.histc(_t([1.], d), 4, 0, float("inf")),
+}
+
+
+@pytest.mark.parametrize("name", list(ARG_ERROR_TYPES))
+def test_argument_error_types_match_cpu(name):
+    cpu = _raised(ARG_ERROR_TYPES[name], "cpu")
+    assert cpu[0] is not None, "the case must be an error on CPU"
+    assert _raised(ARG_ERROR_TYPES[name], "neuron")[0] is cpu[0]
+
+
+def test_histc_nan_data_with_a_range_counts_like_cpu():
+    x = torch.tensor([float("nan"), 1., float("inf"), 0.5])
+    assert torch.equal(torch.histc(x.to("neuron"), 4, 0, 2).cpu(), torch.histc(x, 4, 0, 2))
+
+
+# Ops whose CPU kernel has no float16/bfloat16 case: NotImplementedError, as on CPU,
+# where XLA would compute one.
+NO_HALF_KERNEL = {
+    "zeta": lambda x: torch.special.zeta(x + 1, x),
+    "zeta_self_scalar": lambda x: torch.special.zeta(2.0, x),
+    "ndtri": torch.special.ndtri,
+    "airy_ai": torch.special.airy_ai,
+    "bessel_j0": torch.special.bessel_j0,
+    "log_ndtr": torch.special.log_ndtr,
+    "chebyshev_polynomial_t": lambda x: torch.special.chebyshev_polynomial_t(x, 3),
+    "cdist": lambda x: torch.cdist(x.reshape(1, 3), x.reshape(3, 1).expand(3, 3)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", list(NO_HALF_KERNEL))
+def test_ops_without_a_cpu_half_kernel_raise_like_cpu(name, dtype):
+    fn = NO_HALF_KERNEL[name]
+    cpu = _raised(lambda d: fn(torch.full((3,), 0.25, dtype=dtype, device=d)), "cpu")
+    assert cpu[0] is NotImplementedError
+    assert _raised(lambda d: fn(torch.full((3,), 0.25, dtype=dtype, device=d)), "neuron") == cpu
+    x = torch.full((3,), 0.25)
+    assert torch.allclose(fn(x.to("neuron")).cpu(), fn(x), equal_nan=True)

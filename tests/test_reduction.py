@@ -174,7 +174,7 @@ def test_empty(name):
 # PyTorch's own meta kernels raise another exception type than CPU here; the executor
 # runs them first, so neuron follows the meta kernel.
 META_MISMATCH = {
-    "amax_empty_dim": lambda t: t.amax(1), "argmin_empty": lambda t: t.argmin(),
+    "argmin_empty": lambda t: t.argmin(),
     "kthvalue_empty_dim": lambda t: t.kthvalue(1, 1),
 }
 
@@ -183,6 +183,11 @@ META_MISMATCH = {
 @pytest.mark.parametrize("name", list(META_MISMATCH))
 def test_empty_meta_mismatch(name):
     check_like_cpu(META_MISMATCH[name], torch.randn(3, 0))
+
+
+@pytest.mark.parametrize("fn", [lambda t: t.amax(1), lambda t: t.amin((0, -1)), lambda t: torch.aminmax(t, dim=1)])
+def test_extremes_over_an_empty_dim_raise_like_cpu(fn):
+    check_like_cpu(fn, torch.randn(3, 0))
 
 
 @pytest.mark.parametrize("name", ["sum", "max_dim", "argmax", "cumsum", "sort", "topk", "median", "var", "cummax"])

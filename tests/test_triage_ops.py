@@ -357,3 +357,40 @@ def test_linear_upsampling_of_float64_scales_in_double(mode, shape):
     with no_fallback():
         got = F.interpolate(x.to("neuron"), scale_factor=1.7, mode=mode).cpu()
     torch.testing.assert_close(got, F.interpolate(x, scale_factor=1.7, mode=mode))
+
+# ---------------------------------------------------------------- histc bin arithmetic
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_histc_bins_follow_cpus_kernel_arithmetic(dtype):
+    """histc puts each value in the bin CPU's histogramdd kernel computes, each
+    operation rounded to the input's dtype (float16: -1.2011 in [-10, 10] by 100 bins
+    is bin 43, not 44) and the division an IEEE one. Fewer than 256 values per bin, so
+    the counts are exact in the half types."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(3000, generator=g) * 7).to(dtype)
+    x[0] = -1.201171875
+    for args in ((100, -10, 10), (97, -9, 11.3), (1000,)):
+        assert torch.equal(torch.histc(x.to("neuron"), *args).cpu(), torch.histc(x, *args)), args
+
+
+# ---------------------------------------------------------------- sign of NaN and -0.0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_sign_of_nan_and_negative_zero_is_cpus_positive_zero(dtype):
+    """CPU's sign is (0 < x) - (x < 0): NaN and -0.0 give +0.0, bit for bit."""
+    x = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0, float("inf"), -float("inf"), 2.0, -3.0], dtype=dtype)
+    for fn in (torch.sign, torch.sgn):
+        assert torch.equal(fn(x.to("neuron")).cpu().view(torch.uint8), fn(x).view(torch.uint8))
+
+
+# ---------------------------------------------------------------- LU with a NaN pivot
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.complex128])
+def test_lu_with_a_nan_pivot_propagates_nan_as_lapack(dtype):
+    """getrf divides by a NaN pivot (XLA skips it as a zero one): L's column and the
+    trailing matrix become NaN, so linalg.solve is all NaN, as on CPU."""
+    A = torch.tensor([[2., 1., 0.], [1., float("nan"), 1.], [0., 1., 4.]]).to(dtype)
+    b = torch.ones(3, 2, dtype=dtype)
+    x = torch.linalg.solve(A.to("neuron"), b.to("neuron")).cpu()
+    assert torch.equal(x.isnan(), torch.linalg.solve(A, b).isnan()) and x.isnan().all()
+    lu, piv = torch.linalg.lu_factor(A.to("neuron"))
+    lu_cpu, piv_cpu = torch.linalg.lu_factor(A)
+    assert torch.equal(lu.cpu().isnan(), lu_cpu.isnan()) and torch.equal(piv.cpu(), piv_cpu)
+    assert torch.equal(lu.cpu().nan_to_num(7), lu_cpu.nan_to_num(7))

@@ -258,3 +258,27 @@ def true_divide(a, b):
         return a / b
     shape = jnp.broadcast_shapes(a.shape, b.shape)
     return a / lax.optimization_barrier(jnp.broadcast_to(b, shape))
+
+
+_HALF_TYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def cpu_kernel_lacks_half(kernel: str):
+    """Decorates a lowering whose op's CPU kernel has no float16/bfloat16 case (its
+    AT_DISPATCH covers float and double only: the special functions, zeta, cdist):
+    a half result type raises CPU's NotImplementedError('"<kernel>" not implemented for
+    'Half''), where XLA would compute it. The result type is the dtype CPU dispatches
+    on (TensorIterator's common dtype, the input's for cdist)."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def lower(*args, **kwargs):
+            dtype = jnp.dtype(context().out().dtype)
+            if dtype in _HALF_TYPES:
+                name = "Half" if dtype == jnp.float16 else "BFloat16"
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{name}\'')
+            return fn(*args, **kwargs)
+        return lower
+
+    return wrap

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from ._common import cpu_kernel_lacks_half
 from .registry import lowering
 
 aten = torch.ops.aten
@@ -57,6 +58,7 @@ def _cdist(x1, x2, p, compute_mode):
 
 
 @lowering(aten._cdist_forward.default, static=("p",))
+@cpu_kernel_lacks_half("cdist")
 def cdist_forward(x1, x2, p, compute_mode=None):
     """aten::_cdist_forward: (*, P, M) distances between the rows of x1 (*, P, D) and
     x2 (*, R, D) (batch dims broadcast), in the p-norm."""

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import _category, cast, check_scalar, convert, half_rounding, is_float, is_number, result_type, true_divide
+from ._common import (_category, cast, check_scalar, convert, cpu_kernel_lacks_half, half_rounding, is_float, is_number,
+                      result_type, true_divide)
 from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
@@ -613,6 +614,7 @@ def _zeta(s, q):
 
 
 @lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@cpu_kernel_lacks_half("zeta_cpu")
 def special_zeta(self, other):
     """aten::special_zeta: the Hurwitz zeta function zeta(self, other) (ATen's zeta, see
     `_zeta`); integer inputs give the default float dtype."""
@@ -691,8 +693,17 @@ def conj_physical(self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 
 
-# sign of a bool is itself on CPU; jnp.sign refuses bools.
-lowering(aten.sign.default)(_unary_same(lambda x: x if x.dtype == jnp.bool_ else jnp.sign(x)))
+def _sign(x):
+    """CPU's sign, `(0 < x) - (x < 0)`: NaN and -0.0 give +0.0 (jnp.sign keeps them); a
+    bool is itself (jnp.sign refuses bools)."""
+    if x.dtype == jnp.bool_:
+        return x
+    if not is_float(x.dtype):
+        return jnp.sign(x)
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+lowering(aten.sign.default)(_unary_same(_sign))
 lowering(aten.floor.default)(_unary_same(jnp.floor, int_identity=True))
 lowering(aten.ceil.default)(_unary_same(jnp.ceil, int_identity=True))
 lowering(aten.trunc.default)(_unary_same(jnp.trunc, int_identity=True))

@@ -79,6 +79,58 @@ def _oob(dim: int, size: int) -> str:
     return f"index is out of bounds for dimension {dim} with size {size}"
 
 
+# ------------------------------------------------------------------ index argument checks
+def _vector_index(index, dtypes_ok, dim_error, dtype_error, dtype_first: bool = False) -> None:
+    """The index argument checks of CPU's index_* kernels, made in the meta kernel (so
+    on a cache miss in eager and under fake tensors): `index` at most 1-d, else
+    `dim_error` (exception type, message); its dtype in `dtypes_ok`, else
+    `dtype_error`. `dtype_first` orders them as index_fill's kernel does."""
+    checks = [(index.dim() <= 1, dim_error), (index.dtype in dtypes_ok, dtype_error)]
+    for ok, (exc, message) in (checks[::-1] if dtype_first else checks):
+        if not ok:
+            raise exc(message)
+
+
+_INT_INDEX = (torch.int32, torch.int64)
+
+
+@meta_check(aten.index_select.default, aten.index_select.out)
+def _index_select_meta_check(self, dim, index, **_):
+    _vector_index(index, _INT_INDEX, (IndexError, "index_select(): Index is supposed to be a vector"),
+                  (RuntimeError, "index_select(): Expected dtype int32 or int64 for index"))
+
+
+@meta_check(aten.index_add.default, aten.index_add.out, aten.index_add_.default)
+def _index_add_meta_check(self, dim, index, source, **_):
+    _vector_index(index, _INT_INDEX,
+                  (IndexError, f"index_add_(): Index is supposed to be a vector, but got dim: {index.dim()} "
+                               f"with type: {type_name(index.dtype)} and size: {list(index.shape)}"),
+                  (RuntimeError, f"index_add_(): Expected dtype int32/int64 for index but got: "
+                                 f"{type_name(index.dtype)}"))
+
+
+@meta_check(aten.index_copy.default, aten.index_copy.out, aten.index_copy_.default)
+def _index_copy_meta_check(self, dim, index, source, **_):
+    _vector_index(index, (torch.int64,),
+                  (IndexError, f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})"),
+                  (RuntimeError, f"index_copy_(): Expected a long tensor for index, but got "
+                                 f"{type_name(index.dtype)}"))
+
+
+@meta_check(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill.int_Scalar_out,
+            aten.index_fill.int_Tensor_out, aten.index_fill_.int_Scalar, aten.index_fill_.int_Tensor)
+def _index_fill_meta_check(self, dim, index, value, **_):
+    _vector_index(index, (torch.int64,), (RuntimeError, "Index has to be a vector/scalar"),
+                  (IndexError, "index_fill_(): Expected dtype int64 for index."), dtype_first=True)
+
+
+@meta_check(aten.masked_scatter.default, aten.masked_scatter.out, aten.masked_scatter_.default)
+def _masked_scatter_meta_check(self, mask, source, **_):
+    if mask.dtype != torch.bool:
+        raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{type_name(mask.dtype)}")
+
+
 # ------------------------------------------------------------------ nonzero
 @lowering(aten.nonzero_static.default)
 def nonzero_static(self, size, fill_value=-1):
@@ -134,7 +186,8 @@ def bincount(self, weights=None, minlength=0):
     dtype = torch.int64 if weights is None else torch.float32 if weights.dtype == torch.float32 else torch.float64
     values = torch.ones_like(self, dtype=dtype) if weights is None else weights.to(dtype)
     out = torch.zeros(max(minlength, hi + 1), dtype=dtype, device=self.device)
-    return out.index_add_(0, self, values)
+    index = self if self.dtype in (torch.int32, torch.int64) else self.long()  # index_add_'s index types
+    return out.index_add_(0, index, values)
 
 
 # ------------------------------------------------------------------ advanced indexing
@@ -240,9 +293,11 @@ def _broadcast_error(values_shape, result_shape) -> RuntimeError:
 
 
 def type_name(dtype) -> str:
-    """ATen's name of a scalar type (a JAX dtype): "Float", "Long", ... as in its
-    error messages."""
-    return torch.empty(0, dtype=dtypes.to_torch(dtype)).type()[len("torch."):-len("Tensor")]
+    """ATen's name of a scalar type (a JAX or torch dtype): "Float", "Long", ... as in
+    its error messages."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = dtypes.to_torch(dtype)
+    return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
 
 
 def not_implemented(kernel: str, dtype) -> NotImplementedError:
@@ -503,14 +558,23 @@ def _dim_key(ndim: int, dim: int, idx):
 @lowering(aten.index_select.default)
 def index_select(self, dim, index):
     """`aten::index_select` (also behind `embedding`): slices of `self` along `dim`
-    at `index` (1-d or 0-d); IndexError "index out of range in self" outside [0, size)."""
+    at `index` (1-d or 0-d); IndexError "index out of range in self" outside [0, size),
+    except where CPU's kernel takes its fast path (self of 2 or more dims, along dim 1
+    or with no elements): RuntimeError "INDICES element is out of DATA bounds" naming
+    the first bad index. (CPU leaves that path for a non-contiguous out= tensor.)"""
     if self.ndim == 0:
         idx = checked(index.reshape(-1), 1, IndexError, "index out of range in self")
         return jnp.broadcast_to(self, context().out().shape)
     d = dim % self.ndim
     if self.shape[d] == 0 and index.size > 0:
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
-    idx = checked(index.reshape(-1), self.shape[d], IndexError, "index out of range in self")
+    flat = index.reshape(-1)
+    if self.ndim > 1 and (d == 1 or self.size == 0) and flat.size > 0:
+        bad = (flat < 0) | (flat >= self.shape[d])
+        context().check(~jnp.any(bad), RuntimeError,
+                        "INDICES element is out of DATA bounds, id={} axis_dim=" + str(self.shape[d]),
+                        value=flat[jnp.argmax(bad)])
+    idx = checked(flat, self.shape[d], IndexError, "index out of range in self")
     if index.size == 0:
         return jnp.zeros(context().out().shape, self.dtype)
     return jnp.take(self, idx, axis=d)
@@ -703,6 +767,12 @@ def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None,
     select the upper bound; `sorter` sorts the sequence first (RuntimeError if out of
     range). int64 output, int32 with `out_int32`."""
     return _searchsorted(sorted_sequence, self, right, side, sorter)
+
+
+@meta_check(aten.bucketize.Tensor, aten.bucketize.Scalar, aten.bucketize.Tensor_out)
+def _bucketize_meta_check(self, boundaries, *_, **__):
+    if boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.dim()})")
 
 
 @lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)

@@ -11,6 +11,8 @@ LAPACK wrappers do: LAPACK's `info` (0 = success, else the failing index) comput
 from the JAX result, since JAX returns NaNs instead of failing; `torch.linalg.*` then
 raises CPU's LinAlgError with the same message.
 """
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -259,9 +261,46 @@ def linalg_cholesky_ex(self, upper=False, check_errors=False):
     return L, info
 
 
+def _nan_pivot(lu, piv):
+    """LAPACK's getrf after a NaN pivot, from XLA's factorization (which skips the
+    elimination step of a pivot that is not > 0 in magnitude, as of a zero one): getrf
+    divides by it, so from the first NaN on the diagonal, at j, the entries below and
+    right of it are NaN (L's column j and the trailing matrix), and the remaining
+    columns' pivot searches find only NaN and swap nothing. XLA's later row swaps are
+    undone in L's first j columns. A solve with such a factor is all NaN, as on CPU."""
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    if k == 0:
+        return lu, piv
+
+    def one(lu, piv):
+        bad = jnp.isnan(jnp.diagonal(lu))
+        j = jnp.argmax(bad)
+
+        def undo(i, x):
+            t = k - 1 - i
+            p = piv[t]
+            swap = t > j
+            rt, rp = x[t], x[p]
+            x = x.at[t].set(jnp.where(swap, rp, rt))
+            return x.at[p].set(jnp.where(swap, rt, x[p]))
+
+        fixed = lax.fori_loop(0, k, undo, lu)
+        rows, cols = jnp.arange(m)[:, None], jnp.arange(n)[None, :]
+        nan = complex(math.nan, math.nan) if jnp.iscomplexobj(lu) else math.nan
+        fixed = jnp.where((rows > j) & (cols >= j), jnp.asarray(nan, lu.dtype), fixed)
+        fixed_piv = jnp.where(jnp.arange(k) > j, jnp.arange(k, dtype=piv.dtype), piv)
+        has = jnp.any(bad)
+        return jnp.where(has, fixed, lu), jnp.where(has, fixed_piv, piv)
+
+    out, p = jax.vmap(one)(lu.reshape((-1, m, n)), piv.reshape((-1, k)))
+    return out.reshape(lu.shape), p.reshape(piv.shape)
+
+
 def _lu(A):
     """(LU, pivots (1-based int32, LAPACK order), info) of a batch of square matrices."""
     lu, piv, _ = lax.linalg.lu(A)
+    lu, piv = _nan_pivot(lu, piv)
     info = _first_failure(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
     return lu, (piv + 1).astype(jnp.int32), info
 

@@ -23,7 +23,7 @@ from ..kernels import attention
 from ._common import acc_type
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
-from .registry import context, lowering, meta_impl
+from .registry import context, lowering, meta_check, meta_impl
 
 aten = torch.ops.aten
 
@@ -659,6 +659,24 @@ def _scalar_name(dtype) -> str:
     return _scalar(dtype)
 
 
+@meta_check(aten.convolution.default)
+def _convolution_meta_check(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The parameter checks of CPU's `_convolution`, in its order; PyTorch's meta kernel
+    lacks them (lax.conv then raises TypeError, or computes with negative padding)."""
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if transposed and any(p < 0 for p in output_padding):
+        raise RuntimeError("negative output_padding is not supported")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d < 0 for d in dilation):
+        raise RuntimeError("dilation should be greater than zero")
+    if any(d == 0 for d in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+
+
 @lowering(aten.convolution.default)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """aten::convolution: 1-3 spatial dims, stride, padding, dilation, groups and
@@ -1059,6 +1077,13 @@ def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, 
 
 
 # ------------------------------------------------------------------ embedding
+@meta_check(aten.embedding.default, aten.embedding.out)
+def _embedding_meta_check(weight, indices, *_, **__):
+    """CPU's RuntimeError (PyTorch's meta kernel asserts)."""
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
+
+
 @lowering(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """aten::embedding: weight[indices] -> indices.shape + (D,); indices outside

@@ -11,6 +11,7 @@ Half types accumulate in float32 and round once, as ATen's CPU kernels do. Float
 extrema propagate NaN; sorts order NaN after +inf (before it when descending).
 """
 import builtins
+import math
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,7 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from ..runtime import dtypes as dt
-from ._common import acc_type, convert, is_float, true_divide
+from ._common import acc_type, convert, half_rounding, is_float, true_divide
 from .factory import float_linspace
 from .indexing import not_implemented
 from .registry import context, lowering, meta_check, meta_impl
@@ -156,6 +157,53 @@ def amax(self, dim=(), keepdim=False):
 def amin(self, dim=(), keepdim=False):
     """`aten::amin`: minimum over `dim` (all if empty), NaN-propagating."""
     return _shaped(_extreme(self, _axes(dim, self.ndim), False))
+
+
+def _wrapped_dims(dims, ndim: int):
+    """`dims` wrapped into [0, ndim) (a 0-dim tensor counts as 1-d), or None if one is
+    out of range: the inner meta kernel then raises CPU's IndexError for it."""
+    n = builtins.max(ndim, 1)
+    if any(not -n <= d < n for d in dims):
+        return None
+    return [d % n for d in dims]
+
+
+def _zero_size_checks(name: str, label: str):
+    def check(self, dim=(), keepdim=False, **_):
+        dims = [dim] if isinstance(dim, int) else list(dim)
+        if not dims:
+            if self.numel() == 0:
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                   "Specify the reduction dim with the 'dim' argument.")
+            return
+        wrapped = _wrapped_dims(dims, self.dim())
+        if wrapped is None or self.dim() == 0:
+            return
+        for d, w in zip(dims, wrapped):
+            if self.shape[w] == 0:
+                raise IndexError(f"{label}: Expected reduction dim {d} to have non-zero size.")
+    return check
+
+
+# CPU's errors for amax/amin over nothing: IndexError naming the first zero-size dim
+# (as given) of a reduction over dims, RuntimeError for all dims of an empty tensor.
+# PyTorch's reference meta kernel raises RuntimeError for both.
+meta_check(aten.amax.default, aten.amax.out)(_zero_size_checks("amax", "amax()"))
+meta_check(aten.amin.default, aten.amin.out)(_zero_size_checks("amin", "amin()"))
+
+
+@meta_check(aten.aminmax.default, aten.aminmax.out)
+def _aminmax_meta_check(self, *, dim=None, keepdim=False, **_):
+    """aminmax's CPU errors: IndexError for a zero-size `dim` (named wrapped),
+    RuntimeError for all dims of an empty tensor."""
+    if dim is None:
+        if self.numel() == 0:
+            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has "
+                               "no identity.")
+        return
+    wrapped = _wrapped_dims([dim], self.dim())
+    if wrapped is not None and self.dim() > 0 and self.shape[wrapped[0]] == 0:
+        raise IndexError(f"aminmax: Expected reduction dim {wrapped[0]} to have non-zero size.")
 
 
 def _nonempty(self, name):
@@ -617,6 +665,17 @@ meta_impl("_cummax_helper", lambda self, values, indices, dim: None)
 meta_impl("_cummin_helper", lambda self, values, indices, dim: None)
 
 
+def _histc_range_check(min, max) -> None:
+    """CPU's checks of an explicit histc range (the data's range is checked on the
+    device)."""
+    if min == max:
+        return
+    if not (math.isfinite(min) and math.isfinite(max)):
+        raise RuntimeError(f"torch.histc: range of [{min}, {max}] is not finite")
+    if min > max:
+        raise RuntimeError("torch.histc: max must be larger than min")
+
+
 @lowering(aten.histc.default, static=("min", "max"))
 def _histc(self, bins=100, min=0, max=0):
     """`bins` equal-width bins over [min, max] (the data's range when min == max,
@@ -625,15 +684,25 @@ def _histc(self, bins=100, min=0, max=0):
     on CUDA (transformers' MoE routing counts expert ids with them off the CPU)."""
     x = self.reshape(-1)
     float_input = is_float(self.dtype)
+    _histc_range_check(min, max)
     lo = jnp.asarray(min, self.dtype)
     hi = jnp.asarray(max, self.dtype)
     if min == max and x.size:
         lo, hi = jnp.min(x), jnp.max(x)
+        # CPU's histc_select_outer_bin_edges: a data range with NaN or inf raises.
+        context().check(jnp.isfinite(lo) & jnp.isfinite(hi), RuntimeError,
+                        "torch.histc: range of the input's minimum and maximum is not finite")
     lo, hi = jnp.where(lo == hi, lo - 1, lo), jnp.where(lo == hi, hi + 1, hi)
     inside = (x >= lo) & (x <= hi)
     if float_input:
-        # CPU's arithmetic: in the input's dtype, truncated toward zero.
-        pos = ((x - lo) * bins / (hi - lo)).astype(jnp.int64)
+        # CPU's arithmetic (histogramdd's linear interpolation): each operation in the
+        # input's dtype (a half type: computed in float32, rounded to it), an IEEE
+        # division, truncated toward zero.
+        r = half_rounding(self.dtype)
+        wide = jnp.promote_types(self.dtype, jnp.float32)
+        xw, low, high = x.astype(wide), lo.astype(wide), hi.astype(wide)
+        scaled = r(r(xw - low) * r(jnp.asarray(bins, wide)))
+        pos = r(true_divide(scaled, r(high - low))).astype(jnp.int64)
     else:
         pos = (x.astype(jnp.int64) - lo) * bins // (hi - lo).astype(jnp.int64)
     pos = jnp.where(inside, jnp.minimum(pos, bins - 1), bins)

@@ -22,9 +22,18 @@ from torch._prims_common import canonicalize_dim
 from ._common import check_scalar
 from . import views
 from .indexing import bucket, host_kernel, lowered
-from .registry import context, lowering
+from .registry import context, lowering, meta_check
 
 aten = torch.ops.aten
+
+
+@meta_check(aten.cat.default, aten.cat.out)
+def _cat_meta_check(tensors, dim=0, **_):
+    """CPU's RuntimeError for a 0-dim tensor in the list (PyTorch's reference raises
+    IndexError for an all-0-dim list)."""
+    for i, t in enumerate(tensors):
+        if t.dim() == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
 
 
 @lowering(aten.cat.default)
@@ -82,6 +91,26 @@ def repeat(self, repeats):
     `repeats` times per dim, leading new dims for extra repeats."""
     x = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
     return jnp.tile(x, tuple(repeats))
+
+
+@meta_check(aten.narrow_copy.default, aten.narrow_copy.out)
+def _narrow_copy_meta_check(self, dim, start, length, **_):
+    """CPU's narrow_copy wraps only negative dims: a dim past the last is its
+    RuntimeError (the reference and `narrow` raise IndexError), as is a 0-dim tensor."""
+    if self.dim() == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    if dim >= self.dim():
+        raise RuntimeError("Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.  "
+                           "(Could this error message be improved?  If so, please report an enhancement request "
+                           "to PyTorch.)")
+
+
+@host_kernel(aten.narrow_copy.default)
+def narrow_copy_eager(self, dim, start, length):
+    """Eager `aten::narrow_copy`: CPU's argument errors, then a contiguous copy of the
+    `narrow` view (what PyTorch's composite kernel computes, minus its IndexError)."""
+    _narrow_copy_meta_check(self, dim, start, length)
+    return self.narrow(dim, start, length).clone(memory_format=torch.contiguous_format)
 
 
 @lowering(aten.narrow_copy.default, eager=False)

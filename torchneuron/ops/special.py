@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import cast, convert
+from ._common import cast, convert, cpu_kernel_lacks_half
 from .elementwise import _out, _unary_float
 from .registry import lowering
 
@@ -451,8 +451,13 @@ _UNARY = {
     aten.special_i1: jax.scipy.special.i1,
     aten.special_i1e: jax.scipy.special.i1e,
 }
+# CPU's kernels of these have float and double cases only (i0e, i1, i1e have all four).
+_NO_HALF_KERNEL = {op for op in _UNARY if op not in (aten.special_i0e, aten.special_i1, aten.special_i1e)}
 for _op, _fn in _UNARY.items():
-    lowering(_op.default)(_unary_float(_fn))
+    _low = _unary_float(_fn)
+    if _op in _NO_HALF_KERNEL:
+        _low = cpu_kernel_lacks_half(_op.__name__.removeprefix("special_") + "_cpu")(_low)
+    lowering(_op.default)(_low)
 
 
 # ------------------------------------------------------------------ orthogonal polynomials
@@ -654,5 +659,5 @@ _POLYNOMIALS = {
     aten.special_laguerre_polynomial_l: _laguerre_l,
     aten.special_legendre_polynomial_p: _legendre_p,
 }
-for _op, _fn in _POLYNOMIALS.items():
-    lowering(_op)(_polynomial_lowering(_fn))  # .default, .x_scalar and .n_scalar
+for _op, _fn in _POLYNOMIALS.items():  # .default, .x_scalar and .n_scalar; no half kernels on CPU
+    lowering(_op)(cpu_kernel_lacks_half(_op.__name__.removeprefix("special_") + "_cpu")(_polynomial_lowering(_fn)))
