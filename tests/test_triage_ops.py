@@ -358,6 +358,7 @@ def test_linear_upsampling_of_float64_scales_in_double(mode, shape):
         got = F.interpolate(x.to("neuron"), scale_factor=1.7, mode=mode).cpu()
     torch.testing.assert_close(got, F.interpolate(x, scale_factor=1.7, mode=mode))
 
+
 # ---------------------------------------------------------------- histc bin arithmetic
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_histc_bins_follow_cpus_kernel_arithmetic(dtype):
@@ -394,3 +395,14 @@ def test_lu_with_a_nan_pivot_propagates_nan_as_lapack(dtype):
     lu_cpu, piv_cpu = torch.linalg.lu_factor(A)
     assert torch.equal(lu.cpu().isnan(), lu_cpu.isnan()) and torch.equal(piv.cpu(), piv_cpu)
     assert torch.equal(lu.cpu().nan_to_num(7), lu_cpu.nan_to_num(7))
+
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "max_pool3d", "fractional_max_pool3d"])
+def test_max_pool_backward_of_an_empty_batch(pool):
+    """A batch of 0: the gradient is empty, as on CPU (reshape(0, -1) has no size to infer)."""
+    shape = (0, 1, 4, 5, 4) if pool.endswith("3d") else (0, 1, 4, 5)
+    call = {"max_pool2d": lambda x: F.max_pool2d(x, 2), "max_pool3d": lambda x: F.max_pool3d(x, 2),
+            "fractional_max_pool3d": lambda x: F.fractional_max_pool3d(x, (2, 2, 1), output_size=2)}[pool]
+    x = torch.randn(shape, device="neuron", requires_grad=True)
+    (g,) = torch.autograd.grad(call(x), x, torch.ones(call(x.detach()).shape, device="neuron"))
+    assert g.shape == x.shape and g.device.type == "neuron"

@@ -798,8 +798,9 @@ def _max_pool_backward(grad_output, self, indices, nsp):
     lead = self.shape[:-nsp]
     plane = int(np.prod(self.shape[-nsp:]))
     rows = int(np.prod(lead))
-    g = _acc(grad_output).reshape(rows, -1)
-    idx = indices.reshape(rows, -1)
+    pooled = int(np.prod(grad_output.shape[-nsp:]))  # not -1: a batch of 0 rows has no size to infer
+    g = _acc(grad_output).reshape(rows, pooled)
+    idx = indices.reshape(rows, pooled)
     out = jnp.zeros((rows, plane), g.dtype).at[jnp.arange(rows)[:, None], idx].add(g)
     return out.reshape(self.shape)
 
