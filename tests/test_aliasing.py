@@ -121,3 +121,66 @@ def test_dtype_arguments_reach_the_executor_as_dtypes():
     keys = install.KERNELS[torch.ops.aten.cumsum.default].cache
     assert all(key[-1] is not int and not isinstance(key[-1], int) for key in keys)
     assert any(torch.float64 in key or ("v", torch.float64) in key for key in keys), list(keys)
+
+
+# Kernels that are not TensorIterator loops check their written tensors each their own
+# way (assert_no_internal_overlap, assert_no_overlap, nothing at all): each case runs on
+# CPU and neuron and must raise the same error or give the same values.
+def _idx(d, *v):
+    return torch.tensor(v, device=d)
+
+
+_KERNEL_CASES = {
+    "cat_out_is_an_input": lambda x, d: torch.cat([x[:4], x[:4]], out=x[:4]),
+    "cat_out_is_the_inputs_base": lambda x, d: torch.cat([x[:4], x[4:]], out=x),
+    "cat_out_overlaps_partly": lambda x, d: torch.cat([x[0:2], x[2:4]], out=x[2:6]),
+    "cat_out_disjoint": lambda x, d: torch.cat([x[0:2], x[2:4]], out=x[4:8]),
+    "take_out_is_the_input": lambda x, d: torch.take(x[:3], _idx(d, 2, 1, 0), out=x[:3]),
+    "take_out_disjoint": lambda x, d: torch.take(x[:3], _idx(d, 2, 1, 0), out=x[4:7]),
+    "masked_select_out_is_the_input": lambda x, d: torch.masked_select(
+        x, torch.ones(8, dtype=torch.bool, device=d), out=x),
+    "index_select_expanded_out": lambda x, d: torch.index_select(
+        x, 0, _idx(d, 0, 1, 2), out=torch.empty(1, device=d).expand(3)),
+    "gather_out_in_the_input": lambda x, d: torch.gather(x, 0, _idx(d, 1, 0), out=x[2:4]),
+    "bernoulli_expanded_out": lambda x, d: torch.bernoulli(
+        torch.rand(6, device=d), out=torch.rand(1, device=d).expand(6)),
+    "index_copy_source_in_self": lambda x, d: x.index_copy_(0, _idx(d, 0, 1), x[2:4]),
+    "tril_out_is_the_input": lambda x, d: torch.tril(x.view(2, 4), out=x.view(2, 4)),
+    "cumsum_out_is_the_input": lambda x, d: torch.cumsum(x, 0, out=x),
+}
+
+
+def _outcome(case, device):
+    x = torch.arange(8.0, device=device)
+    try:
+        case(x, device)
+    except Exception as exc:  # noqa: BLE001 - CPU's error is the expectation
+        return type(exc), str(exc)
+    return None, x.cpu()
+
+
+@pytest.mark.parametrize("name", list(_KERNEL_CASES))
+def test_non_pointwise_writes_refuse_overlap_as_cpu_does(name):
+    case = _KERNEL_CASES[name]
+    expected = _outcome(case, "cpu")
+    for _ in range(2):  # compiles, then runs cached
+        got = _outcome(case, "neuron")
+        if expected[0] is None and "bernoulli" not in name:
+            assert got[0] is None, got
+            check(got[1], expected[1])
+        else:
+            assert got[0] is expected[0] and got[1] == expected[1]
+
+
+def test_overlap_of_a_cached_non_pointwise_out_call_raises():
+    for device in ("cpu", "neuron"):
+        x = torch.arange(8.0, device=device)
+        idx = torch.tensor([2, 1, 0], device=device)
+        for _ in range(3):
+            torch.take(x[:3], idx, out=x[4:7])
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            torch.take(x[:3], idx, out=x[1:4])
+        torch.take(x[:3], idx, out=x[4:7])
+    cpu = torch.arange(8.0)
+    torch.take(cpu[:3], torch.tensor([2, 1, 0]), out=cpu[4:7])
+    check(x, cpu)

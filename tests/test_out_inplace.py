@@ -265,3 +265,18 @@ def test_out_dtype_sample(name, dtype, out_dtype):
 def test_out_dtype_expected_failures(name, dtype, out_dtype):
     verdict, detail = _sweep_case(name, dtype, out_dtype)
     assert verdict == out_dtype_sweep.AGREE, detail
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsd", "gelss"])
+def test_lstsq_residuals_out_of_another_dtype_like_cpu(driver):
+    """CPU computes the residuals of a full-rank tall A straight into an empty out
+    tensor, refusing one of another dtype; the dtype probe must take that path."""
+    A, B = torch.randn(3, 2), torch.randn(3, 1)
+    got = []
+    for d in ("cpu", "neuron"):
+        outs = [torch.empty(0, device=d), torch.empty(0, dtype=torch.float64, device=d),
+                torch.empty(0, dtype=torch.int64, device=d), torch.empty(0, device=d)]
+        with pytest.raises(RuntimeError) as exc:
+            torch.linalg.lstsq(A.to(d), B.to(d), driver=driver, out=tuple(outs))
+        got.append(str(exc.value))
+    assert got[0] == got[1] == "Expected out tensor to have dtype float, but got double instead"

@@ -31,7 +31,7 @@ import torch
 from .. import _extension, metrics, profiler
 from ..ops.registry import Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
-from . import out_dtypes
+from . import out_dtypes, out_overlap
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -169,6 +169,12 @@ class OpKernel:
         # on CPU (TensorIterator); so do they here.
         self.checks_overlap = mode in ("inplace", "out") and (
             torch.Tag.pointwise in op.tags or op is torch.ops.aten.copy_.default)
+        # Other kernels check their written tensors each their own way (cat, take,
+        # index_select, bernoulli, ...): CPU's kernel is asked on stand-ins sharing
+        # memory as the call's tensors do (`out_overlap`), when they do.
+        # (`_foreach_` lists sharing a storage are updated in order instead, as on CPU.)
+        self.probes_overlap = (mode in ("inplace", "out") and not self.checks_overlap
+                               and not op.name().startswith("aten::_foreach_"))
         # Pointwise in-place and out= overloads compute in the dtype the functional
         # overload gives (TensorIterator's common dtype) and cast the result into the
         # written tensor, as ATen does: torch.add(int8, int8, out=int32) adds in int8,
@@ -233,6 +239,9 @@ class OpKernel:
         """Compiles, caches and runs the executable of a new call signature. XLA
         compiles on the first run, so the compile event and time include that run."""
         start = time.perf_counter()
+        if self.probes_overlap:
+            # Before anything else, out= resizes included: CPU checks first.
+            out_overlap.check(self.op, values, self.writes)
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
             entry = self._compile(key, values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
@@ -564,9 +573,10 @@ class OpKernel:
         if self.op.name().startswith("aten::_foreach_") and self.mode == "inplace" and len(written) > 1:
             pairs = [(w, p) for w in written for p in range(len(positions))
                      if p != w and slot_of[p] == slot_of[w] and positions[p][1] != positions[w][1]]
-        if not overlap_reads and not pairs:
+        probe = self if self.probes_overlap and out_overlap.needs_probe(values, self.writes) else None
+        if not overlap_reads and not pairs and probe is None:
             return None
-        return _Aliasing([w[0] for w in write_targets] if overlap_reads else [], overlap_reads, pairs)
+        return _Aliasing([w[0] for w in write_targets] if overlap_reads else [], overlap_reads, pairs, probe)
 
     def _run_sequential(self, values):
         """Runs an in-place `_foreach_` op one list element at a time (each a call of the
@@ -774,12 +784,13 @@ class _Aliasing:
     """Per-call checks of an executable whose written storages are also read through
     other arguments (see OpKernel._aliasing); positions index the call's tensor list."""
 
-    __slots__ = ("write_paths", "overlap_reads", "pairs")
+    __slots__ = ("write_paths", "overlap_reads", "pairs", "probe")
 
-    def __init__(self, write_paths, overlap_reads, pairs):
+    def __init__(self, write_paths, overlap_reads, pairs, probe=None):
         self.write_paths = write_paths  # written arguments' paths, for the overlap check
         self.overlap_reads = overlap_reads  # read positions sharing a written storage
         self.pairs = pairs  # (written, other) positions in different _foreach_ elements
+        self.probe = probe  # the OpKernel whose CPU kernel decides overlap (out_overlap), or None
 
     def sequential(self, values, metas) -> bool:
         """Raises CPU's RuntimeError on a partial overlap of a written and a read tensor;
@@ -787,6 +798,8 @@ class _Aliasing:
         if self.overlap_reads:
             overlap.check([_tensor_meta(_at(values, path)) for path in self.write_paths],
                           [metas[j] for j in self.overlap_reads])
+        if self.probe is not None:
+            out_overlap.check(self.probe.op, values, self.probe.writes)
         return any(_spans_meet(metas[w], metas[p]) for w, p in self.pairs)
 
 

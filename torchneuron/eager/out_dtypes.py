@@ -18,13 +18,14 @@ updates in place gets elements of its own), and
    cannot grow: the kernel runs the dtype checks it makes before resizing its out
    tensors and stops at the resize, which most kernels (all structured ones) reach
    before computing anything;
-2. if it got that far, out tensors of the real shapes: the kernel runs to the end on
+2. if it got that far, out tensors of the call's shapes and strides (kernels choose
+   their path by them, and resize empty ones themselves): the kernel runs to the end on
    the stand-ins, at the price of one CPU call, so that checks made later (torchgen's
    `copy_arg`, a kernel dispatching on the out dtype) run too.
 
 An error that the same probe with out tensors of the functional result's dtypes does not
 raise is CPU's answer for these dtypes; an error both raise depends on the stand-ins'
-values (a singular matrix of ones), and the probe cannot tell. Probes write only into
+values, and the probe cannot tell. Probes write only into
 their own stand-ins, draw no random numbers from the user's generator and show no
 warnings.
 """
@@ -78,8 +79,7 @@ def check(op: torch._ops.OpOverload, values: Sequence, results: Sequence) -> Opt
     key = _signature(op, values, out_idx)
     decision = _decisions.get(key)
     if decision is None:
-        decision = _decisions[key] = _decide(op, values, out_idx, [r.dtype for r in results],
-                                             [tuple(r.shape) for r in results])
+        decision = _decisions[key] = _decide(op, values, out_idx, [r.dtype for r in results])
     if isinstance(decision, tuple):
         exc_type, message, resized = decision
         if resized:
@@ -93,9 +93,14 @@ def check(op: torch._ops.OpOverload, values: Sequence, results: Sequence) -> Opt
     return decision
 
 
-def _decide(op, values, out_idx, result_dtypes, result_shapes):
-    out_dtypes = [t.dtype for t in _flat_outs(values, out_idx)]
-    for shapes in (None, result_shapes):  # the two steps of the module docstring
+def _decide(op, values, out_idx, result_dtypes):
+    outs = _flat_outs(values, out_idx)
+    out_dtypes = [t.dtype for t in outs]
+    # Step 2's out tensors have the call's own shapes and strides: kernels choose their
+    # path by them (lstsq computes into out tensors it resized itself, but into
+    # temporaries of its own dtypes, cast on the copy, when given ones of another shape).
+    geometry = [(tuple(t.shape), tuple(t.stride())) for t in outs]
+    for shapes in (None, geometry):  # the two steps of the module docstring
         got = _probe(op, values, out_idx, out_dtypes, shapes)
         if got is None or (shapes is None and got == (RuntimeError, _RESIZE)):
             continue  # no dtype error up to where this step stops
@@ -115,7 +120,10 @@ def _probe(op, values, out_idx, out_dtypes, shapes) -> Optional[Tuple[type, str]
         dtype = next(dtypes)
         if shape_of is None:
             return torch.empty(0, dtype=dtype).set_(_fixed_storage(), 0, (0,), (1,))
-        return torch.zeros(next(shape_of), dtype=dtype)
+        shape, stride = next(shape_of)
+        t = torch.empty_strided(shape, stride, dtype=dtype)
+        t.untyped_storage().fill_(0)
+        return t
 
     schema = op._schema.arguments
     args: List = []
@@ -140,10 +148,23 @@ def _probe(op, values, out_idx, out_dtypes, shapes) -> Optional[Tuple[type, str]
     return None
 
 
+# Largest matrix (elements) a floating stand-in materializes (see `_standin`).
+_MATRIX_LIMIT = 1 << 20
+
+
 def _standin(v):
     """A CPU tensor of `v`'s shape and dtype whose elements all read one stored 1 (lists
-    element-wise); generators become None (CPU's default one); anything else is kept."""
+    element-wise); generators become None (CPU's default one); anything else is kept.
+    A floating or complex tensor of 2 or more dims is instead ones plus the identity in
+    its last two dims (expanded over the batch dims): every element still a positive
+    1 or 2, but each matrix of full rank (and positive-definite when square), so that
+    linear algebra kernels take the path real data takes (a rank-1 all-ones matrix
+    sends lstsq's gels into its rank-deficient error before its out= dtype checks)."""
     if isinstance(v, torch.Tensor):
+        if (v.dim() >= 2 and (v.dtype.is_floating_point or v.dtype.is_complex)
+                and v.shape[-2] * v.shape[-1] <= _MATRIX_LIMIT):
+            m, n = v.shape[-2:]
+            return (torch.ones(m, n, dtype=v.dtype) + torch.eye(m, n, dtype=v.dtype)).expand(v.shape)
         return torch.ones((), dtype=v.dtype).expand(v.shape)
     if isinstance(v, (list, tuple)):
         return type(v)(_standin(x) for x in v)
@@ -180,8 +201,8 @@ def _signature(op, values, out_idx) -> tuple:
     """What CPU's decision can depend on: the op, each tensor's dtype, whether it is 0-dim
     (type promotion treats those as scalars) and on the host, the types of Scalar
     arguments and wrapped numbers (promotion looks at their kinds, not their values),
-    and the values of all other arguments (`out_int32=True` asks for an int32 out
-    tensor)."""
+    the values of all other arguments (`out_int32=True` asks for an int32 out
+    tensor), and the out tensors' dtypes, shapes and strides (step 2 runs on them)."""
     def part(v, scalar):
         if isinstance(v, torch.Tensor):
             return (v.dtype, v.dim() == 0, v.device.type == "cpu")
@@ -191,6 +212,11 @@ def _signature(op, values, out_idx) -> tuple:
             return None
         return type(v) if scalar else (type(v), v)  # 1 == 1.0 == True, yet they are other kinds
 
+    def out_part(v):  # step 2 runs on out tensors of the call's geometry
+        if isinstance(v, torch.Tensor):
+            return (v.dtype, tuple(v.shape), tuple(v.stride()))
+        return tuple(out_part(x) for x in v)
+
     return (op,) + tuple(
-        ("out", part(v, False)) if i in out_idx else part(v, _is_scalar(a))
+        ("out", out_part(v)) if i in out_idx else part(v, _is_scalar(a))
         for i, (v, a) in enumerate(zip(values, op._schema.arguments)))

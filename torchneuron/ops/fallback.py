@@ -167,10 +167,31 @@ def _decompose(op, decomp, args, kwargs):
     return out
 
 
+_written: dict = {}  # op -> schema positions of the arguments it writes
+
+
+def _check_overlap(op, written, args, kwargs):
+    """CPU's refusal of written tensors that overlap themselves or the inputs (see
+    eager/out_overlap.py): neither a decomposition nor the CPU copies would see it."""
+    from ..eager import out_overlap
+
+    schema = op._schema.arguments
+    values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
+              for i, a in enumerate(schema)]
+    out_overlap.check(op, values, written)
+
+
 def run(op: torch._ops.OpOverload, *args, **kwargs):
     """The PrivateUse1 fallback kernel: decomposition if PyTorch has one (for an out=
     overload, its functional overload's kernel or decomposition, copied into the out
     tensors), else CPU."""
+    written = _written.get(op)
+    if written is None:
+        from ..eager import out_overlap
+
+        written = _written[op] = out_overlap.written_positions(op)
+    if written:
+        _check_overlap(op, written, args, kwargs)
     if _out_args(op) and all(kwargs.get(a.name) is not None for a in _out_args(op)):
         out = _via_functional(op, args, kwargs)
         if out is not NotImplemented:

@@ -206,6 +206,66 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     return jnp.asarray(beta, out) * self.astype(out) + outer
 
 
+
+# ------------------------------------------------------------------ non-finite input
+# CPU's LAPACK refuses some non-finite inputs; these report it as CPU's wrappers do
+# (at::_linalg_check_errors: "<api>: (Batch element k): <message>" for batched input).
+_SVD_NAN = "The algorithm failed to converge because the input matrix contained non-finite values."
+_EIGH_NAN = ("The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+             "repeated eigenvalues (error code: 1).")
+_LAPACK_ARG = ('false INTERNAL ASSERT FAILED at "/__w/pytorch/pytorch/aten/src/ATen/native/BatchLinearAlgebra.cpp"'
+               ":1652, please report a bug to PyTorch. torch.linalg.lstsq: {batch}Argument {arg} has illegal value. "
+               "Most certainly there is a bug in the implementation calling the backend library.")
+
+
+def _check_matrices(bad, exc_type, api, message, matrix: bool):
+    """Deferred check that no matrix is `bad` (a bool per matrix, batch-shaped): CPU's
+    error for the first bad one, with its batch index when the input is batched."""
+    if matrix:
+        context().check(~jnp.any(bad), exc_type, f"{api}: {message}")
+        return
+    flat = bad.reshape(-1)
+    if flat.size == 0:
+        return
+    context().check(~jnp.any(flat), exc_type, f"{api}: (Batch element {{}}): {message}", value=jnp.argmax(flat))
+
+
+def _has_nan(A):
+    """Per matrix of (*, m, n): whether it holds a NaN."""
+    return jnp.any(jnp.isnan(A), axis=(-2, -1))
+
+
+def check_svd_input(A):
+    """gesdd fails to converge on a NaN (not on inf: that gives NaNs): LinAlgError, as
+    CPU's svd, svdvals, pinv, matrix_rank, matrix_norm(2, 'nuc') and cond raise it."""
+    _check_matrices(_has_nan(A), torch.linalg.LinAlgError, "linalg.svd", _SVD_NAN, A.ndim == 2)
+
+
+def check_eigh_input(A, UPLO):
+    """syevd fails on a NaN in the triangle it reads (`UPLO`): LinAlgError, info 1."""
+    n = A.shape[-1]
+    tri = jnp.tril(jnp.ones((n, n), bool)) if UPLO.upper() == "L" else jnp.triu(jnp.ones((n, n), bool))
+    bad = jnp.any(jnp.isnan(A) & tri, axis=(-2, -1))
+    _check_matrices(bad, torch.linalg.LinAlgError, "linalg.eigh", _EIGH_NAN, A.ndim == 2)
+
+
+def check_lstsq_input(A, B, driver, matrix: bool):
+    """LAPACK's xGELS*/MKL rejects a NaN in A (argument 4, gels 5) or else in B (6, gels
+    7) as an illegal argument, which CPU reports as an internal assert (RuntimeError)."""
+    args = (5, 7) if driver == "gels" else (4, 6)
+    nan_a = jnp.broadcast_to(_has_nan(A), B.shape[:-2])
+    code = jnp.where(nan_a, 1, jnp.where(_has_nan(B), 2, 0)).reshape(-1)
+    if code.size == 0:
+        return
+    first = jnp.argmax(code != 0)
+    for kind, arg in ((1, args[0]), (2, args[1])):
+        ok = ~(code[first] == kind)
+        if matrix:
+            context().check(ok, RuntimeError, _LAPACK_ARG.format(batch="", arg=arg))
+        else:
+            context().check(ok, RuntimeError, _LAPACK_ARG.format(batch="(Batch element {}): ", arg=arg), value=first)
+
+
 # ------------------------------------------------------------------ decompositions
 def _first_failure(bad):
     """LAPACK's int32 `info` from per-position failures along the last axis: the
@@ -429,7 +489,8 @@ def linalg_slogdet(A):
         sign = _det_sign(lu, piv, A.dtype) * jnp.prod(diag / jnp.where(absd == 0, 1, absd).astype(A.dtype),
                                                       axis=-1)
     else:
-        sign = _det_sign(lu, piv, A.dtype) * jnp.prod(jnp.sign(diag), axis=-1)
+        # CPU's sign of a NaN is 0 (so is a NaN matrix's sign).
+        sign = _det_sign(lu, piv, A.dtype) * jnp.prod(jnp.where(jnp.isnan(diag), 0, jnp.sign(diag)), axis=-1)
     return sign, jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv
 
 
@@ -445,18 +506,26 @@ def linalg_qr(A, mode="reduced"):
 @lowering(aten._linalg_svd.default)
 def linalg_svd(A, full_matrices=False, compute_uv=True, driver=None):
     """aten::_linalg_svd: (U, S, Vh) of (*, m, n); U and Vh empty without compute_uv.
-    Singular vectors are unique only up to sign: compare reconstructions, not U."""
+    Singular vectors are unique only up to sign: compare reconstructions, not U.
+    A NaN raises CPU's LinAlgError (`check_svd_input`)."""
+    check_svd_input(A)
+    # XLA's SVD does not return on an inf (CPU gives NaN singular values): a non-finite
+    # matrix is factored as zeros (finite vectors, as LAPACK's) with NaN singular values.
+    finite = jnp.all(jnp.isfinite(A), axis=(-2, -1), keepdims=True)
+    safe = jnp.where(finite, A, 0)
     if not compute_uv:
-        s = jnp.linalg.svd(A, compute_uv=False)
+        s = jnp.where(finite[..., 0], jnp.linalg.svd(safe, compute_uv=False), jnp.nan)
         ctx = context()
         return jnp.zeros(ctx.out(0).shape, A.dtype), s, jnp.zeros(ctx.out(2).shape, A.dtype)
-    return jnp.linalg.svd(A, full_matrices=full_matrices)
+    u, s, vh = jnp.linalg.svd(safe, full_matrices=full_matrices)
+    return u, jnp.where(finite[..., 0], s, jnp.nan), vh
 
 
 @lowering(aten._linalg_eigh.default, static=("UPLO",))
 def linalg_eigh(A, UPLO="L", compute_v=True):
     """aten::_linalg_eigh: (eigenvalues ascending, eigenvectors) of Hermitian (*, n, n),
-    reading only the `UPLO` triangle."""
+    reading only the `UPLO` triangle; a NaN there raises CPU's LinAlgError."""
+    check_eigh_input(A, UPLO)
     w, v = jnp.linalg.eigh(A, UPLO=UPLO, symmetrize_input=False)
     if not compute_v:
         return w, jnp.zeros(context().out(1).shape, A.dtype)
@@ -1110,6 +1179,8 @@ def linalg_lstsq(self, b, rcond=None, driver=None):
     B = b[..., None] if vector else b
     batch = jnp.broadcast_shapes(self.shape[:-2], B.shape[:-2])
     B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    if min(m, n) and self.size and B.size:
+        check_lstsq_input(self, B, driver, not batch)
     k = B.shape[-1]
     real = jnp.finfo(self.dtype).dtype
     if rcond is None:
@@ -1198,16 +1269,24 @@ def _complex_of(dtype):
 def _eig(A, vectors: bool):
     """LAPACK geev through XLA:CPU (JAX's eig): eigenvalues in geev's order and
     eigenvectors of unit norm with the largest component real, as CPU's geev gives
-    them. Non-finite input raises LinAlgError, as CPU checks before calling geev."""
-    context().check(jnp.all(jnp.isfinite(A)), torch.linalg.LinAlgError,
-                    "linalg.eig: input tensor should not contain infs or NaNs.")
+    them. linalg.eig refuses non-finite input (RuntimeError, as CPU checks before
+    calling geev); linalg.eigvals does not check, and CPU's geev then returns the
+    diagonal for a matrix with a NaN (its balancing rejects the matrix) and NaNs for
+    one with only infs: so do these."""
     ctype = _complex_of(A.dtype)
+    finite = jnp.all(jnp.isfinite(A), axis=(-2, -1), keepdims=True)
+    if vectors:
+        context().check(jnp.all(finite), RuntimeError, "torch.linalg.eig: input tensor should not contain infs or NaNs.")
     if A.size == 0:
         return jnp.zeros(A.shape[:-1], ctype), jnp.zeros(A.shape, ctype)
-    # Non-finite matrices (already reported) would make geev fail: factor zeros instead.
-    A = jnp.where(jnp.all(jnp.isfinite(A), axis=(-2, -1), keepdims=True), A, 0)
+    # Non-finite matrices would make geev fail: factor zeros instead.
+    safe = jnp.where(finite, A, 0)
     if not vectors:
-        return jnp.linalg.eigvals(A).astype(ctype), None
+        w = jnp.linalg.eigvals(safe).astype(ctype)
+        nan = jnp.any(jnp.isnan(A), axis=(-2, -1))[..., None]
+        diag = jnp.diagonal(A, axis1=-2, axis2=-1).astype(ctype)
+        return jnp.where(finite[..., 0], w, jnp.where(nan, diag, jnp.array(complex("nan+nanj"), ctype))), None
+    A = safe
     w, v = jnp.linalg.eig(A)
     return w.astype(ctype), v.astype(ctype)
 
