@@ -2,8 +2,8 @@
 
 Instantiated by `instantiate_device_type_tests` for PrivateUse1 (classes
 `TestOpInfoNEURON`... named by the backend). Each test runs one check of
-`torchneuron.coverage.opinfo` (forward, non-contiguous, backward, out=, in-place) for
-one (OpInfo, dtype) and fails on a mismatch with CPU or a CPU fallback not in
+`torchneuron.coverage.opinfo` (forward, non-contiguous, backward, out=, in-place, error
+inputs) for one (OpInfo, dtype) and fails on a mismatch with CPU or a CPU fallback not in
 `torchneuron.coverage.expected`; listed expected failures are strict xfails with their
 reason. CI runs the fixed sample `coverage.sample.CI_OPS` on a few samples per case;
 `--runslow` (or TORCHNEURON_OPINFO=full) runs every OpInfo on every sample.
@@ -52,6 +52,11 @@ class TestOpInfo(TestCase):
     @_ops("inplace", dtypes=OpDTypes.supported)
     def test_inplace(self, device, dtype, op):
         _verify(op, dtype, "inplace")
+
+    # Every OpInfo with error inputs, also in CI: they are small (about 2 minutes for all).
+    @ops([op for op in op_db if "errors" in opinfo.check_names(op)], dtypes=OpDTypes.none)
+    def test_errors(self, device, op):
+        _verify(op, opinfo.dtypes_for(op, "errors")[0], "errors")
 
 
 instantiate_device_type_tests(TestOpInfo, globals(), only_for="privateuse1")

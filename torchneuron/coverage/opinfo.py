@@ -11,7 +11,12 @@
   the sample's ``output_process_fn_grad``, as ``forward``), or raises the exception type
   CPU raises for the same out= call;
 - ``inplace``: the in-place variant returns and updates its first argument, or raises
-  the exception type CPU raises.
+  the exception type CPU raises;
+- ``errors``: each of the OpInfo's error inputs (``error_inputs``, the bad arguments
+  PyTorch's own ``test_errors`` feeds it), made on `neuron`, raises the exception type
+  CPU raises for the same input, by the next synchronization at the latest (device-side
+  checks raise there). Error inputs take no dtype: the case is listed under one dtype of
+  the op (float32 where it has it).
 
 Tolerances are torch.testing's defaults for the dtype, widened to the OpInfo's own
 ``toleranceOverride``/``precisionOverride`` decorators for that dtype when it has any.
@@ -28,7 +33,7 @@ from . import expected
 from .outcome import Outcome, Recorder, describe, to_cpu, to_device
 
 DEVICE = "neuron"
-CHECKS = ("forward", "noncontiguous", "backward", "out", "inplace")
+CHECKS = ("forward", "noncontiguous", "backward", "out", "inplace", "errors")
 
 
 def check_names(op) -> Tuple[str, ...]:
@@ -40,14 +45,20 @@ def check_names(op) -> Tuple[str, ...]:
         names.append("out")
     if op.inplace_variant is not None:
         names.append("inplace")
+    if op.error_inputs_func is not None:
+        names.append("errors")
     return tuple(names)
 
 
 def dtypes_for(op, check: str):
-    """The dtypes CPU PyTorch supports for `op` (its backward dtypes for ``backward``)."""
+    """The dtypes CPU PyTorch supports for `op` (its backward dtypes for ``backward``;
+    for ``errors``, whose inputs take no dtype, one of them: float32 where supported)."""
     if check == "backward":
         return sorted(op.supported_backward_dtypes("cpu"), key=str)
-    return sorted(op.supported_dtypes("cpu"), key=str)
+    dtypes = sorted(op.supported_dtypes("cpu"), key=str)
+    if check == "errors":
+        return [torch.float32] if torch.float32 in dtypes else dtypes[:1]
+    return dtypes
 
 
 def tolerances(op, dtype) -> Tuple[Optional[float], Optional[float]]:
@@ -261,6 +272,42 @@ def _inplace(op, dtype, limit) -> Outcome:
     return _run(op, dtype, limit, body)
 
 
+def _errors(op, limit) -> Outcome:
+    """The ``errors`` check: CPU's and neuron's error inputs, made from the same seed,
+    side by side; an input CPU does not refuse with the OpInfo's stated type is skipped."""
+    rec = Recorder()
+    n = 0
+    try:
+        torch.manual_seed(0)
+        on_cpu = list(op.error_inputs("cpu"))
+        torch.manual_seed(0)
+        with rec.watch():
+            on_device = list(op.error_inputs(DEVICE))
+    except Exception as exc:  # noqa: BLE001 - the OpInfo's generator itself fails on neuron
+        return rec.outcome(0, f"making the error inputs: {describe(exc)}")
+    for i, (cpu, dev) in enumerate(zip(on_cpu, on_device)):
+        if limit is not None and i >= limit:
+            break
+        try:
+            _call(op, cpu.sample_input)
+            continue  # CPU accepts it: not an error input here
+        except Exception as exc:  # noqa: BLE001 - CPU's refusal is what neuron must match
+            want = exc
+        if not isinstance(want, cpu.error_type):
+            continue
+        try:
+            with rec.watch():
+                _call(op, dev.sample_input)
+                torch.neuron.synchronize()
+        except type(want):
+            n += 1
+            continue
+        except Exception as exc:  # noqa: BLE001 - another type than CPU's is the finding
+            return rec.outcome(n, f"error input {i}: CPU raised {describe(want, 150)}; neuron raised {describe(exc, 150)}")
+        return rec.outcome(n, f"error input {i}: CPU raised {describe(want, 200)}; neuron did not raise")
+    return rec.outcome(n)
+
+
 def run_check(op, dtype, check: str, limit: Optional[int] = None) -> Outcome:
     """Runs one check (one of CHECKS) of OpInfo `op` for `dtype` on up to `limit`
     samples (all when None) and returns its Outcome."""
@@ -274,4 +321,6 @@ def run_check(op, dtype, check: str, limit: Optional[int] = None) -> Outcome:
         return _out(op, dtype, limit)
     if check == "inplace":
         return _inplace(op, dtype, limit)
+    if check == "errors":
+        return _errors(op, limit)
     raise ValueError(f"unknown check {check!r}; expected one of {CHECKS}")

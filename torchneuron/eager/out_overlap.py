@@ -59,8 +59,12 @@ def written_positions(op: torch._ops.OpOverload) -> List[int]:
 
 def needs_probe(values: Sequence, written: Sequence[int]) -> bool:
     """Whether a call could be refused for overlap: a written `neuron` tensor overlaps
-    itself, or its storage is also used by another argument (or by another written one)."""
+    itself, or its storage is also used by another argument (or by another written one),
+    or it is itself also an input (empty too: CPU resizes it first, and so the input)."""
     out_ptrs = []
+    out_ids = {id(t) for i in written for t in _flat(values[i]) if _is_neuron(t)}
+    if any(id(t) in out_ids for i, v in enumerate(values) if i not in written for t in _flat(v)):
+        return True
     for i in written:
         for t in _flat(values[i]):
             if not _is_neuron(t) or t.numel() == 0:
@@ -91,6 +95,7 @@ def check(op: torch._ops.OpOverload, values: Sequence, written: Optional[Sequenc
     if not needs_probe(values, written):
         return
     storages: Dict[int, int] = {}  # data_ptr -> index
+    objects: Dict[int, int] = {}  # id -> index: one tensor passed twice is not two views
     sizes: List[int] = []
 
     def describe(v):
@@ -101,7 +106,8 @@ def check(op: torch._ops.OpOverload, values: Sequence, written: Optional[Sequenc
             k = storages.setdefault(st.data_ptr(), len(storages))
             if k == len(sizes):
                 sizes.append(st.nbytes())
-            return ("t", k, tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype)
+            return ("t", k, objects.setdefault(id(v), len(objects)), tuple(v.shape), tuple(v.stride()),
+                    v.storage_offset(), v.dtype)
         if isinstance(v, (list, tuple)):
             return (type(v).__name__,) + tuple(describe(x) for x in v)
         if isinstance(v, torch.Generator):
@@ -121,16 +127,21 @@ def check(op: torch._ops.OpOverload, values: Sequence, written: Optional[Sequenc
 
 def _probe(op, values) -> Optional[str]:
     cpu_storages: Dict[int, torch.UntypedStorage] = {}
+    standins: Dict[int, torch.Tensor] = {}  # id -> stand-in: the same tensor twice stays one tensor
 
     def standin(v):
         if isinstance(v, torch.Tensor):
             if not _is_neuron(v):
                 return v
+            if id(v) in standins:
+                return standins[id(v)]
             st = v.untyped_storage()
             cs = cpu_storages.get(st.data_ptr())
             if cs is None:
                 cs = cpu_storages[st.data_ptr()] = torch.zeros(st.nbytes(), dtype=torch.uint8).untyped_storage()
-            return torch.empty(0, dtype=v.dtype).set_(cs, v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+            standins[id(v)] = torch.empty(0, dtype=v.dtype).set_(cs, v.storage_offset(), tuple(v.shape),
+                                                                 tuple(v.stride()))
+            return standins[id(v)]
         if isinstance(v, (list, tuple)):
             return type(v)(standin(x) for x in v)
         if isinstance(v, torch.Generator):
