@@ -164,7 +164,8 @@ def _standin(v):
         if (v.dim() >= 2 and (v.dtype.is_floating_point or v.dtype.is_complex)
                 and v.shape[-2] * v.shape[-1] <= _MATRIX_LIMIT):
             m, n = v.shape[-2:]
-            return (torch.ones(m, n, dtype=v.dtype) + torch.eye(m, n, dtype=v.dtype)).expand(v.shape)
+            wide = torch.complex128 if v.dtype.is_complex else torch.float64  # float8 types cannot add
+            return (torch.ones(m, n, dtype=wide) + torch.eye(m, n, dtype=wide)).to(v.dtype).expand(v.shape)
         return torch.ones((), dtype=v.dtype).expand(v.shape)
     if isinstance(v, (list, tuple)):
         return type(v)(_standin(x) for x in v)
