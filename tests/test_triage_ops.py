@@ -406,3 +406,16 @@ def test_max_pool_backward_of_an_empty_batch(pool):
     x = torch.randn(shape, device="neuron", requires_grad=True)
     (g,) = torch.autograd.grad(call(x), x, torch.ones(call(x.detach()).shape, device="neuron"))
     assert g.shape == x.shape and g.device.type == "neuron"
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_as_strided_scatter_addresses_the_whole_storage_of_a_view(offset):
+    """ATen copies the input's whole storage and keeps its strides and storage offset
+    (clone_preserve_strides): a view at offset 1 of a 2-element storage is not hit by a
+    window at offset 0. The OpInfo's non-contiguous sample."""
+    base = torch.tensor([5.0, 7.0])
+    want = torch.as_strided_scatter(base.as_strided((1,), (2,), 1), torch.tensor(3.0), (), (), offset)
+    with no_fallback():
+        view = base.to("neuron").as_strided((1,), (2,), 1)
+        got = torch.as_strided_scatter(view, torch.tensor(3.0, device="neuron"), (), (), offset).cpu()
+    torch.testing.assert_close(got, want)

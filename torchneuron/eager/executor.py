@@ -478,7 +478,7 @@ class OpKernel:
 
             it_geo = iter(geometry)
             it_dyn = iter(dvals)
-            contiguous, layouts = [], []
+            contiguous = []
 
             def tensor(v):
                 if v is _HOST_TENSOR:
@@ -487,9 +487,6 @@ class OpKernel:
                     return next(it_dyn)
                 slot, shape, stride, offset, dt = next(it_geo)
                 contiguous.append(views.is_contiguous(shape, stride))
-                # The layout of the value's clone, which ATen's storage-addressing
-                # functional ops (as_strided_scatter) address.
-                layouts.append((_dense_stride(shape, stride), 0))
                 return views.read(bufs[slot], dt, shape, stride, at(offset))
 
             args = []
@@ -511,8 +508,7 @@ class OpKernel:
                 args = [args[k] for k in permute]
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
                                 for m in compute_metas],
-                          rng=tuple(rng) if rng else None, contiguous=tuple(contiguous),
-                          layouts=tuple(layouts))
+                          rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
             with tracing(ctx):
                 result = lowering.fn(*args)
             updates = {}

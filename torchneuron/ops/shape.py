@@ -172,7 +172,24 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     return jnp.moveaxis(x, (-2, -1), (d1, d2))
 
 
-@lowering(aten.as_strided_scatter.default)
+@host_kernel(aten.as_strided_scatter.default)
+def as_strided_scatter_eager(self, src, size, stride, storage_offset=None):
+    """Eager `aten::as_strided_scatter`, as ATen computes it: a copy of `self`'s whole
+    storage viewed with `self`'s own sizes, strides and storage offset
+    (clone_preserve_strides; a plain clone where `self` overlaps itself), whose
+    ``as_strided(size, stride, storage_offset)`` window `src` is copied into. A window
+    past that storage raises as_strided's setStorage RuntimeError."""
+    strides = self.stride()
+    if any(st == 0 and n > 1 for n, st in zip(self.shape, strides)):
+        out = self.clone()
+    else:
+        numel = self.untyped_storage().nbytes() // self.element_size()
+        out = self.as_strided((numel,), (1,), 0).clone().as_strided(self.shape, strides, self.storage_offset())
+    out.as_strided(size, stride, storage_offset).copy_(src)
+    return out
+
+
+@lowering(aten.as_strided_scatter.default, eager=False)
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
     """`aten::as_strided_scatter`: `self` with the storage window ``as_strided(size,
     stride, storage_offset)`` overwritten by `src`, the storage being the one `self`
