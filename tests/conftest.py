@@ -29,3 +29,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_graphs():
+    # As PyTorch's own TestCase resets Dynamo: one module's compiled graphs (each holding
+    # XLA executables and their code's memory maps) are not kept for the rest of the run.
+    yield
+    torch._dynamo.reset()

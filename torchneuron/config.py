@@ -42,3 +42,8 @@ SYNC_CHECKS: bool = _flag("TORCHNEURON_SYNC_CHECKS")
 #: into Python for every op; off sends every call through the Python executor (for
 #: debugging the hot path: both give the same results).
 EAGER_CPP: bool = _flag("TORCHNEURON_EAGER_CPP", True)
+
+#: Most eager executables kept compiled at once, over all operators (see
+#: `torchneuron.eager.executable_cache`, which also watches the memory-map count);
+#: 0 or less: no count bound.
+EXECUTABLE_CACHE_SIZE: int = int(os.environ.get("TORCHNEURON_EXECUTABLE_CACHE_SIZE", "2048"))

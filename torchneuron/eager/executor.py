@@ -31,7 +31,7 @@ import torch
 from .. import _extension, metrics, profiler
 from ..ops.registry import Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
-from . import out_dtypes, out_overlap
+from . import executable_cache, out_dtypes, out_overlap
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -247,7 +247,8 @@ class OpKernel:
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(key, values, tensors, metas, dyn, device)
-            self.cache[key] = entry
+            if self.cache.get(key) is not entry:
+                executable_cache.admit(self.cache, key, entry)
             if entry.aliased is not None and entry.aliased.sequential(values, metas):
                 return self._run_sequential(values)
             result = self._run_profiled(entry, values, tensors, metas, dyn, device)
