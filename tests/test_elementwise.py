@@ -61,6 +61,19 @@ def test_unary(fn):
     check(fn, torch.rand(3, 4) + 0.1, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shapes", [((1, 1, 5), (5, 5, 5)), ((1, 1, 5), (1, 1, 5)), ((3,), (2, 1))])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_product_with_a_bool_tensor_keeps_nan(shapes, compiled):
+    # XLA rewrites x * convert(mask) into a select, which gives 0 for inf * False.
+    a = torch.tensor([float("inf"), float("nan"), -float("inf"), 2.0, -0.0], dtype=torch.float64)
+    a = a.repeat(shapes[0][-1])[:shapes[0][-1]].reshape(shapes[0])
+    mask = (torch.arange(torch.Size(shapes[1]).numel()) % 3 == 0).reshape(shapes[1])
+    fn = torch.compile(lambda x, m: (x * m, m * x), backend="neuron") if compiled else lambda x, m: (x * m, m * x)
+    got = fn(a.to("neuron"), mask.to("neuron"))
+    for g, want in zip(got, (a * mask, mask * a)):
+        torch.testing.assert_close(g.cpu(), want, equal_nan=True, rtol=0, atol=0)
+
+
 def test_inplace_on_view_visible_through_base():
     def f(x):
         x = x.clone()

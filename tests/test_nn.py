@@ -104,6 +104,24 @@ def test_pointwise_losses(reduction):
           a, q, b[0].abs(), **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy_gradient_is_cpus_to_the_bit(dtype, reduction, weighted):
+    # CPU's kernel: g (x - t) / max((1 - x) x, eps), then * w, then / n, each rounded to
+    # the dtype; a half-type product order or a folded division is an ulp off.
+    x = torch.rand(7, 9, dtype=dtype).clamp(0.01, 0.99)
+    t, w = torch.rand(7, 9, dtype=dtype), torch.rand(7, 9, dtype=dtype)
+
+    def grad(device):
+        leaf = x.to(device).detach().requires_grad_()
+        loss = F.binary_cross_entropy(leaf, t.to(device), w.to(device) if weighted else None, reduction=reduction)
+        loss.backward(torch.full_like(loss, 0.75))
+        return leaf.grad.cpu()
+
+    torch.testing.assert_close(grad("neuron"), grad("cpu"), rtol=0, atol=0)
+
+
 def test_loss_edge_cases():
     check(lambda x: F.binary_cross_entropy(x, torch.ones_like(x)), torch.tensor([0.0, 1.0, 0.5]))  # log clamp
     check(lambda x, y: F.smooth_l1_loss(x, y, beta=0.0), torch.randn(5), torch.randn(5))
@@ -508,3 +526,20 @@ def test_native_batch_norm_legit_out():
     check(lambda a, o: torch.ops.aten._native_batch_norm_legit.no_stats_out(a, None, None, True, 0.1, 1e-5, out=o[0],
                                                                            save_mean=o[1], save_invstd=o[2]),
           x, empty(), **F32_TOL)
+
+
+@pytest.mark.parametrize("op", [torch.ops.aten.native_batch_norm.default, torch.ops.aten._native_batch_norm_legit.default])
+def test_eval_batch_norm_statistics_as_meta_and_compiled_graphs_give_them(op):
+    # PyTorch's meta kernel and decomposition give every non-CPU device CUDA's (C,)
+    # statistics in eval: the running mean and its invstd (CPU returns empty ones).
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    mean, var = torch.randn(3), torch.rand(3) + 0.5
+    args = [t.to("neuron") for t in (x, w, b, mean, var)]
+    eager = op(*args, False, 0.1, 1e-5)
+    compiled = torch.compile(lambda *a: op(*a, False, 0.1, 1e-5), backend="neuron")(*args)
+    cpu_out = op(x, w, b, mean, var, False, 0.1, 1e-5)[0]
+    torch.testing.assert_close(eager[0].cpu(), cpu_out)
+    torch.testing.assert_close(eager[1].cpu(), mean, rtol=0, atol=0)
+    torch.testing.assert_close(eager[2].cpu(), (var + 1e-5).rsqrt())
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(e.cpu(), c.cpu())

@@ -60,6 +60,11 @@ _HALF_ROUNDING_MEASURED = {  # (op, dtype): (max |CPU - float64 ref|, max |neuro
     ("linalg.cross", "float16"): (0.0149, 0.00381),
     ("linalg.cross", "bfloat16"): (0.0428, 0.0285),
     ("nn.LinearCrossEntropyLoss", "float16"): (0.00172, 0.00172),
+    # sample 2 (align_corners, scale_factor 1.7)
+    ("nn.functional.interpolate.linear", "bfloat16"): (0.0266, 0.00938),
+    ("nn.functional.interpolate.linear", "float16"): (0.00352, 0.00156),
+    ("nn.functional.interpolate.trilinear", "bfloat16"): (0.026, 0.0156),
+    ("nn.functional.interpolate.trilinear", "float16"): (0.00391, 0.00195),
 }
 
 
@@ -82,9 +87,17 @@ _FLASH_EXP = (
     "CPU's flash-attention kernel takes exp with a fast vectorized approximation in float32 (about 1e-5 relative "
     "error; float64 uses the exact exp and matches), neuron with the exact exp: results differ by up to ~2e-5 "
     "relative in float32, and by an ulp after rounding to half types")
+_BN_EVAL_STATISTICS = (
+    "eval-mode statistics: neuron returns save_mean and save_invstd of shape (C,) (the running mean and its "
+    "invstd), as PyTorch's meta kernel and decomposition give every device but the CPU and as CUDA and compiled "
+    "graphs return them; CPU's kernel returns empty (0,) tensors. The normalized output matches CPU")
+_LINEAR_INTERPOLATIONS = ("nn.functional.interpolate.linear", "nn.functional.interpolate.trilinear")
 _BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm", "nn.functional.batch_norm")
 
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
+    **_cases(("_native_batch_norm_legit",), ("forward",), ("float32", "float64"), _BN_EVAL_STATISTICS),
+    **_cases(("native_batch_norm",), ("forward", "out"), ("float32", "float64"), _BN_EVAL_STATISTICS),
+    **_cases(_LINEAR_INTERPOLATIONS, ("forward",), _HALF, _half_rounding),
     # ---- rounding of half-precision results (see _HALF_ROUNDING)
     **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward"), _HALF, _half_rounding),
     **_cases(tuple(n for n in _BATCH_NORMS if n != "_batch_norm_with_update") + ("nn.functional.instance_norm",),
@@ -295,7 +308,13 @@ _AS_FORWARD = ("noncontiguous",)
 #: fewer samples (the committed one-sample report) passes them without calling the entry
 #: stale.
 FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
-    key: 2 for key in _cases(("linalg.lstsq", "linalg.lstsq.grad_oriented"), ("backward",), ("float32", "complex64"), "")
+    **{key: 2 for key in _cases(("linalg.lstsq", "linalg.lstsq.grad_oriented"), ("backward",),
+                                ("float32", "complex64"), "")},
+    **{key: 2 for key in _cases(_LINEAR_INTERPOLATIONS, ("forward", "noncontiguous"), _HALF, "")},
+    # sample 1 is the first in eval mode
+    **{key: 1 for key in _cases(("_native_batch_norm_legit", "native_batch_norm"), ("forward", "noncontiguous"),
+                                ("float32", "float64"), "")},
+    **{key: 1 for key in _cases(("native_batch_norm",), ("out",), ("float32", "float64"), "")},
 }
 
 

@@ -97,7 +97,17 @@ def mul(self, other):
     if out == jnp.bool_:
         return jnp.logical_and(cast(self, jnp.bool_), cast(other, jnp.bool_))
     c = _compute(out)
-    return (cast(self, c) * cast(other, c)).astype(out)
+    return (_factor(self, c) * _factor(other, c)).astype(out)
+
+
+def _factor(x, c):
+    """A factor of a product, cast to compute type `c`. A bool tensor goes behind an
+    optimization barrier: XLA's algebraic simplifier turns a product with a converted
+    predicate into a select, which gives 0 where IEEE arithmetic, and CPU, give NaN
+    (inf * False, NaN * False: the max-norm gradient of `renorm`)."""
+    if isinstance(x, jax.Array) and x.dtype == jnp.bool_ and jnp.issubdtype(c, jnp.inexact):
+        return lax.optimization_barrier(x.astype(c))
+    return cast(x, c)
 
 
 def _floor_divide_int(a, b):

@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from ..kernels import attention
-from ._common import acc_type
+from ._common import acc_type, half_rounding, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .registry import context, lowering, meta_check, meta_impl
@@ -228,12 +228,20 @@ def binary_cross_entropy(self, target, weight=None, reduction=_MEAN):
 
 @lowering(aten.binary_cross_entropy_backward.default)
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=_MEAN):
-    """aten::binary_cross_entropy_backward: g w (x - t) / max(x (1 - x), 1e-12)."""
+    """aten::binary_cross_entropy_backward: g (x - t) / max((1 - x) x, 1e-12), times w,
+    divided by the element count for mean: in that order, each operation rounded to a
+    half-type input's dtype, as ATen's CPU kernel (Loss.cpp) computes it."""
+    r = half_rounding(self.dtype)
     x, t = _acc(self), _acc(target)
     _check_probabilities(x)
-    grad = _grad_scale(grad_output, x.size, reduction) * (x - t) / jnp.maximum((1 - x) * x, _BCE_EPS)
+    eps = r(jnp.asarray(_BCE_EPS, x.dtype))  # scalar_t(EPSILON): 0 in float16
+    grad = r(r(_acc(grad_output) * r(x - t)) / jnp.maximum(r(r(1 - x) * x), eps))
     if weight is not None:
-        grad = grad * _acc(weight)
+        grad = r(grad * _acc(weight))
+    if reduction == _MEAN:
+        # A separate division, as CPU's div_: behind a barrier XLA cannot fold it into
+        # the one above (a / b / n -> a / (b n)).
+        grad = r(true_divide(lax.optimization_barrier(grad), x.size))
     return grad
 
 
@@ -477,8 +485,11 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
             updates = {"running_mean": running_mean, "running_var": running_var}
         invstd = lax.rsqrt(_acc(running_var) + eps)
         x_hat = (x - _channel_view(running_mean, x.ndim)) * _channel_view(invstd, x.ndim)
-        save_mean = jnp.zeros(ctx.out(1).shape, x.dtype)
-        save_invstd = jnp.zeros(ctx.out(2).shape, x.dtype)
+        # The (C,) statistics PyTorch's meta kernels and decompositions give for every
+        # device but the CPU (whose kernel returns empty ones): the running mean and its
+        # invstd, as CUDA and compiled graphs return them.
+        save_mean = jnp.broadcast_to(_acc(running_mean), ctx.out(1).shape)
+        save_invstd = jnp.broadcast_to(invstd, ctx.out(2).shape)
     out = x_hat
     if weight is not None:
         out = out * _channel_view(weight, x.ndim)
@@ -491,7 +502,8 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """aten::native_batch_norm: (out, save_mean (C,), save_invstd (C,)); in training
     updates running_mean/running_var in place (ATen's schema does not declare it, CPU
-    does it). In eval save_mean/save_invstd are empty."""
+    does it). In eval save_mean/save_invstd are the running mean and its invstd, of
+    shape (C,) as PyTorch's meta kernel gives for non-CPU devices (CPU's are empty)."""
     out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return (out, m, s), updates
 
