@@ -543,3 +543,16 @@ def test_eval_batch_norm_statistics_as_meta_and_compiled_graphs_give_them(op):
     torch.testing.assert_close(eager[2].cpu(), (var + 1e-5).rsqrt())
     for e, c in zip(eager, compiled):
         torch.testing.assert_close(e.cpu(), c.cpu())
+
+
+@pytest.mark.parametrize("shape,dim", [((5, 0, 0), -1), ((2, 3, 0), -1), ((0, 4), 1), ((2, 0, 3), 1)])
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax, F.softmin])
+def test_softmax_over_empty_tensors(fn, shape, dim):
+    # The row maximum of an empty row has no identity in JAX; ATen returns the empty result.
+    x = torch.randn(shape)
+    cpu, dev = x.clone().requires_grad_(), x.to("neuron").requires_grad_()
+    want, got = fn(cpu, dim), fn(dev, dim)
+    torch.testing.assert_close(got.cpu(), want)
+    want.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(dev.grad.cpu(), cpu.grad)

@@ -60,6 +60,11 @@ _HALF_ROUNDING_MEASURED = {  # (op, dtype): (max |CPU - float64 ref|, max |neuro
     ("linalg.cross", "float16"): (0.0149, 0.00381),
     ("linalg.cross", "bfloat16"): (0.0428, 0.0285),
     ("nn.LinearCrossEntropyLoss", "float16"): (0.00172, 0.00172),
+    # later samples, found by all-samples spot checks (FIRST_FAILING_SAMPLE)
+    ("nn.functional.cross_entropy", "float16"): (0.00124, 0.00124),
+    ("nn.functional.cross_entropy", "bfloat16"): (0.00288, 0.00102),
+    ("nn.functional.pad.reflect", "float16"): (0.00293, 0.00293),
+    ("nn.functional.pad.reflect", "bfloat16"): (0.0273, 0.0215),
     # sample 2 (align_corners, scale_factor 1.7)
     ("nn.functional.interpolate.linear", "bfloat16"): (0.0266, 0.00938),
     ("nn.functional.interpolate.linear", "float16"): (0.00352, 0.00156),
@@ -98,6 +103,12 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(("_native_batch_norm_legit",), ("forward",), ("float32", "float64"), _BN_EVAL_STATISTICS),
     **_cases(("native_batch_norm",), ("forward", "out"), ("float32", "float64"), _BN_EVAL_STATISTICS),
     **_cases(_LINEAR_INTERPOLATIONS, ("forward",), _HALF, _half_rounding),
+    **_cases(("nn.functional.cross_entropy", "nn.functional.pad.reflect"), ("backward",), _HALF, _half_rounding),
+    **_cases(("nn.functional.conv2d",), ("backward",), ("float16",), _half_rounding),
+    **_cases(("topk",), ("forward", "out", "backward"), ("bfloat16",),
+             "indices among equal values: rounded to bfloat16, the samples from the second on repeat values, and "
+             "CPU's topk orders equal values by its heap's accident (std::partial_sort), neuron's sort keeps the "
+             "lower index first; the values are equal, and the gradient flows to the index each one picked"),
     # ---- rounding of half-precision results (see _HALF_ROUNDING)
     **_cases(_BATCH_NORMS + ("nn.functional.instance_norm",), ("forward", "backward"), _HALF, _half_rounding),
     **_cases(tuple(n for n in _BATCH_NORMS if n != "_batch_norm_with_update") + ("nn.functional.instance_norm",),
@@ -311,6 +322,10 @@ FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
     **{key: 2 for key in _cases(("linalg.lstsq", "linalg.lstsq.grad_oriented"), ("backward",),
                                 ("float32", "complex64"), "")},
     **{key: 2 for key in _cases(_LINEAR_INTERPOLATIONS, ("forward", "noncontiguous"), _HALF, "")},
+    **{key: 1 for key in _cases(("nn.functional.cross_entropy",), ("backward",), _HALF, "")},
+    **{key: 9 for key in _cases(("nn.functional.pad.reflect",), ("backward",), _HALF, "")},
+    **{key: 14 for key in _cases(("nn.functional.conv2d",), ("backward",), ("float16",), "")},
+    **{key: 1 for key in _cases(("topk",), ("forward", "noncontiguous", "out", "backward"), ("bfloat16",), "")},
     # sample 1 is the first in eval mode
     **{key: 1 for key in _cases(("_native_batch_norm_legit", "native_batch_norm"), ("forward", "noncontiguous"),
                                 ("float32", "float64"), "")},

@@ -90,7 +90,7 @@ def softmax(self, dim, half_to_float):
     half_to_float (float32 output for a half input) works as on CUDA; CPU rejects it."""
     _require_softmax_dtype(self, dim, "softmax")
     x, d = _softmax_dim(_acc(self), dim)
-    e = jnp.exp(x - jnp.max(x, axis=d, keepdims=True))
+    e = jnp.exp(x - jnp.max(x, axis=d, keepdims=True, initial=-jnp.inf))
     return (e / jnp.sum(e, axis=d, keepdims=True)).reshape(self.shape)
 
 
@@ -99,7 +99,7 @@ def log_softmax(self, dim, half_to_float):
     """aten::_log_softmax: x - max - log(sum(exp(x - max))) along `dim`."""
     _require_softmax_dtype(self, dim, "log_softmax")
     x, d = _softmax_dim(_acc(self), dim)
-    shifted = x - jnp.max(x, axis=d, keepdims=True)
+    shifted = x - jnp.max(x, axis=d, keepdims=True, initial=-jnp.inf)
     return (shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=d, keepdims=True))).reshape(self.shape)
 
 
