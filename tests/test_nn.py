@@ -556,3 +556,48 @@ def test_softmax_over_empty_tensors(fn, shape, dim):
     want.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(dev.grad.cpu(), cpu.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf"), 0.0])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_embedding_renorm_in_place_like_cpu(dtype, norm_type, index_dtype):
+    # nn.Embedding(max_norm=...) calls it on every forward; it had no lowering (CPU fallback).
+    weight = torch.randn(10, 6, dtype=dtype) * 2
+    indices = torch.tensor([[1, 3, -1], [3, 7, 0]], dtype=index_dtype)  # a repeat and a negative index
+    want, got = weight.clone(), weight.to("neuron")
+    torch.embedding_renorm_(want, indices, 1.5, norm_type)
+    with no_fallback():
+        returned = torch.embedding_renorm_(got, indices.to("neuron"), 1.5, norm_type)
+    assert returned is got
+    # Half types are CPU's bits (norm, scale and product rounded as CPU rounds them);
+    # float32/64 norms may sum in another order (an ulp).
+    exact = dtype in (torch.float16, torch.bfloat16)
+    torch.testing.assert_close(got.cpu(), want, rtol=0 if exact else None, atol=0 if exact else None)
+
+
+def test_embedding_max_norm_module_and_bag_and_compiled():
+    cpu = torch.nn.Embedding(10, 6, max_norm=1.0)
+    dev = torch.nn.Embedding(10, 6, max_norm=1.0).to("neuron")
+    dev.weight.data.copy_(cpu.weight.data)
+    i = torch.tensor([[1, 2, 2, 9]])
+    with no_fallback():
+        torch.testing.assert_close(dev(i.to("neuron")).cpu(), cpu(i))
+        torch.testing.assert_close(dev.weight.cpu(), cpu.weight)
+        bag = F.embedding_bag(i.to("neuron"), dev.weight.detach() * 3, max_norm=0.5, mode="mean")
+    torch.testing.assert_close(bag.cpu(), F.embedding_bag(i, cpu.weight.detach() * 3, max_norm=0.5, mode="mean"))
+    w = torch.randn(5, 3) * 3
+    compiled = torch.compile(lambda w, i: torch.embedding_renorm_(w, i, 1.0, 2.0), backend="neuron")
+    got = compiled(w.to("neuron"), torch.tensor([0, 4]).to("neuron"))
+    torch.testing.assert_close(got.cpu(), torch.embedding_renorm_(w.clone(), torch.tensor([0, 4]), 1.0, 2.0))
+
+
+@pytest.mark.parametrize("weight,indices", [
+    (torch.randn(10), torch.tensor([1])),  # not 2-D
+    (torch.randn(10, 4), torch.tensor([1.0])),  # float indices
+    (torch.randn(10, 4), torch.tensor([1], dtype=torch.int16)),
+    (torch.randn(10, 4), torch.tensor([10])),  # out of range: IndexError at the sync
+    (torch.randn(10, 4), torch.tensor([-11])),
+])
+def test_embedding_renorm_errors_like_cpu(weight, indices):
+    raises_like_cpu(lambda w, i: torch.embedding_renorm_(w, i, 1.0, 2.0).cpu(), weight, indices)

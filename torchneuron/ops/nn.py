@@ -12,6 +12,7 @@ tensor), as on CPU.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -1105,6 +1106,51 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     idx = indices.astype(jnp.int64)
     context().check(jnp.all((idx >= 0) & (idx < n)), IndexError, "index out of range in self")
     return jnp.take(weight, jnp.clip(idx, 0, max(n - 1, 0)), axis=0)
+
+
+@lowering(aten.embedding_renorm.default, static=("norm_type",))
+def embedding_renorm(self, indices, max_norm, norm_type):
+    """aten::embedding_renorm (in place: embedding_renorm_, nn.Embedding's max_norm):
+    `self` (num_weights, D) with each row `indices` names (int32/int64, any shape,
+    repeats counted once) whose norm_type-norm exceeds max_norm scaled by
+    max_norm / (norm + 1e-7). As ATen's CPU kernel (Embedding.cpp): the norm rounded to
+    self's dtype, the scale computed in double and rounded to self's dtype, the product
+    in self's dtype. An index outside [-num_weights, num_weights) raises IndexError at
+    the next sync (CPU's select())."""
+    if self.ndim != 2:
+        raise RuntimeError(f"Expected 2-dimensional tensor, but got {self.ndim}-dimensional tensor for argument "
+                           "#1 'self' (while checking arguments for embedding_renorm_)")
+    if indices.dtype not in (jnp.int32, jnp.int64):
+        raise RuntimeError("Expected tensor for argument #2 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got torch.{type_name(indices.dtype)}Tensor instead (while checking "
+                           "arguments for embedding_renorm_)")
+    n = self.shape[0]
+    idx = indices.reshape(-1).astype(jnp.int64)
+    bad = (idx < -n) | (idx >= n)
+    context().check(~jnp.any(bad), IndexError,
+                    f"select(): index {{}} out of range for tensor of size [{n}, {self.shape[1]}] at dimension 0",
+                    value=jnp.where(jnp.any(bad), idx[jnp.argmax(bad)], 0) if idx.size else 0)
+    named = jnp.zeros((n,), bool).at[jnp.where(idx < 0, idx + n, idx)].set(True, mode="drop")
+    x = _acc(self)
+    norm = _vector_norm_rows(x, norm_type).astype(self.dtype).astype(jnp.float64)
+    scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1.0).astype(self.dtype)
+    return (x * _acc(scale)[:, None]).astype(self.dtype)
+
+
+def _vector_norm_rows(x, p: float):
+    """The p-norm of each row of `x` (2-D), as linalg.vector_norm defines it."""
+    a = jnp.abs(x)
+    if p == math.inf:
+        return jnp.max(a, axis=1, initial=0.0)
+    if p == -math.inf:
+        return jnp.min(a, axis=1, initial=math.inf)
+    if p == 0:
+        return jnp.sum(a != 0, axis=1).astype(x.dtype)
+    if p == 1:
+        return jnp.sum(a, axis=1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=1))
+    return jnp.sum(a ** p, axis=1) ** (1.0 / p)
 
 
 @lowering(aten.embedding_dense_backward.default)
