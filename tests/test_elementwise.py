@@ -68,9 +68,13 @@ def test_product_with_a_bool_tensor_keeps_nan(shapes, compiled):
     a = torch.tensor([float("inf"), float("nan"), -float("inf"), 2.0, -0.0], dtype=torch.float64)
     a = a.repeat(shapes[0][-1])[:shapes[0][-1]].reshape(shapes[0])
     mask = (torch.arange(torch.Size(shapes[1]).numel()) % 3 == 0).reshape(shapes[1])
-    fn = torch.compile(lambda x, m: (x * m, m * x), backend="neuron") if compiled else lambda x, m: (x * m, m * x)
+
+    def products(x, m):  # the mask as a factor, and converted first (a separate node when compiled)
+        return x * m, m * x, x * m.to(x.dtype), torch.addcmul(torch.zeros_like(x), x, m.to(x.dtype))
+
+    fn = torch.compile(products, backend="neuron") if compiled else products
     got = fn(a.to("neuron"), mask.to("neuron"))
-    for g, want in zip(got, (a * mask, mask * a)):
+    for g, want in zip(got, products(a, mask)):
         torch.testing.assert_close(g.cpu(), want, equal_nan=True, rtol=0, atol=0)
 
 

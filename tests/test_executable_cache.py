@@ -99,3 +99,34 @@ def test_memory_maps_stay_bounded_under_the_environment_variable():
     added, held = map(int, proc.stdout.split())
     assert held <= 30
     assert added < 180, added
+
+
+def test_over_the_map_budget_runs_still_count_and_shedding_stops(monkeypatch):
+    # Maps held by something else: dropping executables cannot bring the count under the
+    # budget, so shedding stops instead of emptying the cache at every check; the entry
+    # being admitted is never dropped before its run, whose count would be lost.
+    monkeypatch.setattr(config, "EXECUTABLE_CACHE_SIZE", 0)
+    monkeypatch.setattr(executable_cache, "CHECK_EVERY", 1)
+    monkeypatch.setattr(executable_cache, "map_budget", 0)
+    inputs = [torch.ones(n, device="neuron") for n in range(1, 13)]
+    metrics.reset()
+    for x in inputs:
+        torch.special.erfcx(x)
+    assert metrics.counters()["ops_executed"] == 12
+
+
+def test_reading_views_to_the_host_compiles_once_per_geometry(monkeypatch):
+    # x[i].item() in a loop: the offset is an argument of one read executable, which the
+    # bound also covers.
+    from torchneuron.runtime import transfer
+
+    x = torch.arange(200.0).reshape(50, 4)
+    dev = x.to("neuron")
+    before = len(transfer._read_cache)
+    assert [dev[i, 2].item() for i in range(50)] == x[:, 2].tolist()
+    assert [dev[i].tolist() for i in range(50)] == x.tolist()
+    assert len(transfer._read_cache) - before <= 4
+    monkeypatch.setattr(config, "EXECUTABLE_CACHE_SIZE", 3)
+    for n in range(1, 20):
+        assert dev[:n, 1].tolist() == x[:n, 1].tolist()
+    assert executable_cache.size() <= 3

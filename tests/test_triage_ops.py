@@ -152,6 +152,20 @@ def test_grid_sampler_2d_forward_matches_cpu(dtype):
             assert torch.equal(got, want), (mode, pad, ac)
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("mode,pad,ac", [("bilinear", "zeros", False), ("bilinear", "border", True),
+                                         ("bilinear", "reflection", False), ("nearest", "reflection", False)])
+def test_grid_sampler_3d_half_forward_is_cpus_to_the_bit(dtype, mode, pad, ac):
+    """CPU's 3-d kernel is scalar code in the input's dtype (GridSampler.cpp): a half
+    type rounds every operation of its own formulas, which neuron replays."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 4, 5, 6, generator=g, dtype=torch.float64).to(dtype)
+    grid = (torch.rand(2, 3, 2, 4, 3, generator=g, dtype=torch.float64) * 3 - 1.5).to(dtype)
+    with no_fallback():
+        got = F.grid_sample(x.to("neuron"), grid.to("neuron"), mode=mode, padding_mode=pad, align_corners=ac)
+    assert torch.equal(got.cpu(), F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=ac))
+
+
 def test_grid_sampler_2d_backward_matches_cpu():
     """grid_sampler_2d_backward is native (no CPU fallback): input and grid gradients,
     including the zero grid gradient on borders and the sign flips of reflection."""

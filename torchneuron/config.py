@@ -13,6 +13,21 @@ def _flag(name: str, default: bool = False) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _int(name: str, default: int) -> int:
+    # Read during `import torch` (backend autoload): a bad value warns and keeps the
+    # default rather than making PyTorch fail to import.
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        import warnings
+
+        warnings.warn(f"{name}={value!r} is not an integer; using {default}", stacklevel=2)
+        return default
+
+
 #: PJRT platform the `neuron` device runs on (``cpu``, ``cuda``, ``tpu``, ``neuron``);
 #: empty means JAX's default backend.
 PLATFORM: str = os.environ.get("TORCHNEURON_PLATFORM", "")
@@ -46,4 +61,4 @@ EAGER_CPP: bool = _flag("TORCHNEURON_EAGER_CPP", True)
 #: Most eager executables kept compiled at once, over all operators (see
 #: `torchneuron.eager.executable_cache`, which also watches the memory-map count);
 #: 0 or less: no count bound.
-EXECUTABLE_CACHE_SIZE: int = int(os.environ.get("TORCHNEURON_EXECUTABLE_CACHE_SIZE", "2048"))
+EXECUTABLE_CACHE_SIZE: int = _int("TORCHNEURON_EXECUTABLE_CACHE_SIZE", 2048)

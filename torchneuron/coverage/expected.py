@@ -65,6 +65,8 @@ _HALF_ROUNDING_MEASURED = {  # (op, dtype): (max |CPU - float64 ref|, max |neuro
     ("nn.functional.cross_entropy", "bfloat16"): (0.00288, 0.00102),
     ("nn.functional.pad.reflect", "float16"): (0.00293, 0.00293),
     ("nn.functional.pad.reflect", "bfloat16"): (0.0273, 0.0215),
+    ("log_softmax", "float16"): (0.00371, 0.00371),
+    ("log_softmax", "bfloat16"): (0.035, 0.0275),
     # sample 2 (align_corners, scale_factor 1.7)
     ("nn.functional.interpolate.linear", "bfloat16"): (0.0266, 0.00938),
     ("nn.functional.interpolate.linear", "float16"): (0.00352, 0.00156),
@@ -105,6 +107,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(_LINEAR_INTERPOLATIONS, ("forward",), _HALF, _half_rounding),
     **_cases(("nn.functional.cross_entropy", "nn.functional.pad.reflect"), ("backward",), _HALF, _half_rounding),
     **_cases(("nn.functional.conv2d",), ("backward",), ("float16",), _half_rounding),
+    **_cases(("log_softmax",), ("forward", "out", "backward"), _HALF, _half_rounding),
     **_cases(("topk",), ("forward", "out", "backward"), ("bfloat16",),
              "indices among equal values: rounded to bfloat16, the samples from the second on repeat values, and "
              "CPU's topk orders equal values by its heap's accident (std::partial_sort), neuron's sort keeps the "
@@ -325,6 +328,7 @@ FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
     **{key: 1 for key in _cases(("nn.functional.cross_entropy",), ("backward",), _HALF, "")},
     **{key: 9 for key in _cases(("nn.functional.pad.reflect",), ("backward",), _HALF, "")},
     **{key: 14 for key in _cases(("nn.functional.conv2d",), ("backward",), ("float16",), "")},
+    **{key: 2 for key in _cases(("log_softmax",), ("forward", "noncontiguous", "out", "backward"), _HALF, "")},
     **{key: 1 for key in _cases(("topk",), ("forward", "noncontiguous", "out", "backward"), ("bfloat16",), "")},
     # sample 1 is the first in eval mode
     **{key: 1 for key in _cases(("_native_batch_norm_legit", "native_batch_norm"), ("forward", "noncontiguous"),

@@ -247,8 +247,11 @@ class OpKernel:
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(key, values, tensors, metas, dyn, device)
-            if self.cache.get(key) is not entry:
+            current = self.cache.get(key)
+            if current is None:
                 executable_cache.admit(self.cache, key, entry)
+            else:  # another thread compiled this signature meanwhile: one entry counts the runs
+                entry = current
             if entry.aliased is not None and entry.aliased.sequential(values, metas):
                 return self._run_sequential(values)
             result = self._run_profiled(entry, values, tensors, metas, dyn, device)

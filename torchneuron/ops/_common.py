@@ -118,8 +118,14 @@ def convert(x, dtype):
     uint8 255, 300.7 -> uint8 44); NaN and values outside that integer's range become
     its minimum (cvttss2si's "integer indefinite"). Complex -> real keeps the real part.
     To float8_e4m3fn, which has no infinity, values beyond its range (infinities too)
-    saturate to +-448 as ATen's conversion does, where XLA's gives NaN."""
+    saturate to +-448 as ATen's conversion does, where XLA's gives NaN. A bool array
+    converted to a floating or complex type stays a factor of any product with it."""
     dtype = jnp.dtype(dtype)
+    if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
+        # XLA's simplifier turns a product with a converted predicate into a select,
+        # which gives 0 where IEEE arithmetic, and CPU, give NaN (inf * False): behind a
+        # barrier the converted mask stays a factor, in eager and compiled graphs alike.
+        return lax.optimization_barrier(x.astype(dtype))
     if dtype == jnp.float8_e4m3fn and x.dtype != dtype and x.dtype != jnp.bool_:
         finite = float(jnp.finfo(dtype).max)
         return jnp.clip(jnp.real(x), -finite, finite).astype(dtype)  # NaN stays NaN

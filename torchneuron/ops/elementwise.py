@@ -101,12 +101,10 @@ def mul(self, other):
 
 
 def _factor(x, c):
-    """A factor of a product, cast to compute type `c`. A bool tensor goes behind an
-    optimization barrier: XLA's algebraic simplifier turns a product with a converted
-    predicate into a select, which gives 0 where IEEE arithmetic, and CPU, give NaN
-    (inf * False, NaN * False: the max-norm gradient of `renorm`)."""
-    if isinstance(x, jax.Array) and x.dtype == jnp.bool_ and jnp.issubdtype(c, jnp.inexact):
-        return lax.optimization_barrier(x.astype(c))
+    """A factor of a product, cast to compute type `c`; a bool tensor through `convert`,
+    which keeps inf * False NaN (the max-norm gradient of `renorm`)."""
+    if isinstance(x, jax.Array) and x.dtype == jnp.bool_:
+        return convert(x, c)
     return cast(x, c)
 
 

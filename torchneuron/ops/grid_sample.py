@@ -11,7 +11,8 @@ those roundings in CPU's order of operations (`half_rounding`) and equals CPU's.
 
 The helpers below take any number of spatial dimensions (coordinates are listed
 outermost first, e.g. (y, x); the grid's last axis lists them innermost first): the
-3-d sampler shares them; bicubic is 2-d only, as in ATen.
+3-d backward shares them; bicubic is 2-d only, as in ATen. The 3-d forward follows
+ATen's other CPU kernel, scalar code with its own formulas (`_sample_3d`).
 
 The backward is the JAX transpose (`jax.vjp`) of the forward. The padding functions are
 written with `where` rather than clip/abs so that their derivatives equal ATen's
@@ -182,12 +183,80 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     return _forward(input, grid, interpolation_mode, padding_mode, align_corners, r).astype(input.dtype)
 
 
+# ---- the 3-d sampler: ATen's scalar CPU kernel (GridSampler.cpp, grid_sampler_3d_cpu_impl,
+# with GridSampler.h's scalar coordinate helpers), in the input's own dtype: a half type
+# rounds every operation, and the formulas differ from the vectorized 2-d kernel's.
+def _clip_scalar(coord, size: int):
+    """std::min(size - 1, std::max(coord, 0)): NaN becomes size - 1."""
+    c = jnp.where(coord < 0, 0, coord)
+    return jnp.where(c < size - 1, c, size - 1)
+
+
+def _reflect_scalar(coord, twice_low: int, twice_high: int, r):
+    """GridSampler.h's reflect_coordinates."""
+    if twice_low == twice_high:
+        return jnp.zeros_like(coord)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    a = jnp.abs(r(coord - low))
+    extra = r(jnp.fmod(a, span))
+    even = jnp.floor(r(a / span)) % 2 == 0
+    return jnp.where(even, r(extra + low), r(r(span - extra) + low))
+
+
+def _source_index_scalar(coord, size: int, padding_mode: int, align_corners: bool, r):
+    """GridSampler.h's grid_sampler_compute_source_index: unnormalize, pad, and -100
+    for what cannot become an int (safe_downgrade_to_int_range)."""
+    if align_corners:
+        c = r(r(r(coord + 1) / 2) * (size - 1))
+    else:
+        c = r(r(r(r(coord + 1) * size) - 1) / 2)
+    if padding_mode == BORDER:
+        c = _clip_scalar(c, size)
+    elif padding_mode == REFLECTION:
+        twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        c = _clip_scalar(_reflect_scalar(c, *twice, r), size)
+    bad = ~jnp.isfinite(c) | (c > 2.0 ** 31 - 2) | (c < -2.0 ** 31)
+    return jnp.where(bad, -100.0, c).astype(c.dtype)
+
+
+def _sample_3d(x, coords, interpolation_mode: int, padding_mode: int, align_corners: bool, r):
+    """grid_sampler_3d_cpu_impl on `x` (N, C, D, H, W) at `coords` (z, y, x), each
+    operation rounded by `r`: per-dim weights (lo + 1 - i, i - lo), each corner's the
+    product x * y * z, and the in-bounds corners added to 0 in ATen's order."""
+    sizes = x.shape[2:]
+    pix = [_source_index_scalar(g, s, padding_mode, align_corners, r) for g, s in zip(coords, sizes)]
+    if interpolation_mode == NEAREST:
+        return gather(x, [jnp.round(p) for p in pix], sizes)  # nearbyint: half to even
+    if interpolation_mode != BILINEAR:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    lo = [jnp.floor(p) for p in pix]
+    below = [r((f + 1) - p) for p, f in zip(pix, lo)]  # weight of the lower tap
+    above = [r(p - f) for p, f in zip(pix, lo)]
+    out = None
+    for corner in range(8):  # tnw, tne, tsw, tse, bnw, bne, bsw, bse: z slowest, x fastest
+        bits = [(corner >> (2 - d)) & 1 for d in range(3)]
+        wz, wy, wx = (a if b else w for b, a, w in zip(bits, above, below))
+        weight = r(r(wx * wy) * wz)[:, None]
+        taps = [f + b for f, b in zip(lo, bits)]
+        inside = None
+        for t, size in zip(taps, sizes):
+            ok = (t > -1) & (t < size)
+            inside = ok if inside is None else inside & ok
+        term = r(gather(x, taps, sizes) * weight)
+        out = jnp.where(inside[:, None], term, 0) if out is None else jnp.where(inside[:, None], r(out + term), out)
+    return out
+
+
 @lowering(aten.grid_sampler_3d.default)
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
-    """`aten::grid_sampler_3d` (`F.grid_sample` on 5-d input): ATen's 3-d CPU kernel,
-    which computes half types in float32 and rounds once (bilinear means trilinear;
-    bicubic raises, as on CPU)."""
-    return _forward(input, grid, interpolation_mode, padding_mode, align_corners).astype(input.dtype)
+    """`aten::grid_sampler_3d` (`F.grid_sample` on 5-d input): ATen's scalar 3-d CPU
+    kernel, its operations and their order (`_sample_3d`), rounded to a half type as
+    its Half/BFloat16 arithmetic rounds them: the results equal CPU's. Bilinear means
+    trilinear; bicubic raises, as on CPU."""
+    r = half_rounding(input.dtype)
+    c = acc_type(input.dtype)
+    return _sample_3d(input.astype(c), _coords(grid.astype(c)), interpolation_mode, padding_mode, align_corners,
+                      r).astype(input.dtype)
 
 
 @lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)

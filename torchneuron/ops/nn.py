@@ -235,7 +235,8 @@ def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduct
     r = half_rounding(self.dtype)
     x, t = _acc(self), _acc(target)
     _check_probabilities(x)
-    eps = r(jnp.asarray(_BCE_EPS, x.dtype))  # scalar_t(EPSILON): 0 in float16
+    # scalar_t(EPSILON), EPSILON a float: float32's 1e-12 (widened for double), 0 in float16
+    eps = r(jnp.asarray(np.float32(_BCE_EPS), x.dtype))
     grad = r(r(_acc(grad_output) * r(x - t)) / jnp.maximum(r(r(1 - x) * x), eps))
     if weight is not None:
         grad = r(grad * _acc(weight))

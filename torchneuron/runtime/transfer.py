@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .. import metrics, profiler
+from ..eager import executable_cache
 from . import checks, dtypes, pjrt, storage, views
 
 
@@ -76,10 +77,25 @@ def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
 _read_cache: dict = {}
 
 
+class _Read:
+    """The executable reading one view geometry out of a storage, and its run count
+    (`executable_cache` bounds these with the eager executables)."""
+
+    __slots__ = ("fn", "runs")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.runs = 0
+
+
 def _read_view(buf, dtype, shape, stride, offset):
-    key = (buf.dtype, buf.shape, dtype, shape, stride, offset)
-    fn = _read_cache.get(key)
-    if fn is None:
-        fn = jax.jit(lambda b: views.read(b, dtype, shape, stride, offset))
-        _read_cache[key] = fn
-    return fn(buf)
+    # A nonzero offset is an argument, as in eager executables: x[i].item() in a loop
+    # compiles once, not once per i.
+    moved = offset != 0
+    key = (buf.dtype, buf.shape, dtype, shape, stride, moved)
+    entry = _read_cache.get(key)
+    if entry is None:
+        entry = _Read(jax.jit(lambda b, o: views.read(b, dtype, shape, stride, o if moved else 0)))
+        executable_cache.admit(_read_cache, key, entry, counted=False)
+    entry.runs += 1
+    return entry.fn(buf, np.int64(offset))
