@@ -188,6 +188,36 @@ def test_scatter_reduce_and_index_reduce(reduce, include_self):
             check(lambda t, i, s: t.index_reduce(0, i, s, reduce, include_self=include_self), x, T([0, 3, 0]), src)
 
 
+_INDEX_FUNCS = {
+    "index_add": lambda x, d, i, s: torch.index_add(x, d, i, s), "index_add_": lambda x, d, i, s: x.index_add_(d, i, s),
+    "index_copy": lambda x, d, i, s: torch.index_copy(x, d, i, s),
+    "index_copy_": lambda x, d, i, s: x.index_copy_(d, i, s),
+    "index_reduce": lambda x, d, i, s: torch.index_reduce(x, d, i, s, "prod"),
+}
+
+
+@pytest.mark.parametrize("func", sorted(_INDEX_FUNCS))
+@pytest.mark.parametrize("shape,dim,index,source", [
+    ((2, 4), 0, [0, 1, 0], (3, 1)), ((2, 4), 0, [0, 1], (3, 4)), ((2, 4), 1, [0, 1], (3, 2)), ((4,), 0, [0], ()),
+    ((2, 4), 0, [0], (1, 4, 1)), ((2, 3, 4), 1, [0, 1], (2, 2, 5)), ((4,), 0, [0, 1], ()), ((2, 4), 0, [0], (4,)),
+    ((2, 4), 1, [0, 1], (2, 2)), ((), 0, [0], ()), ((4,), 0, [1, 2], (2,)),
+])
+def test_index_source_shapes_like_cpu(func, shape, dim, index, source):
+    # CPU's checks of the source against self and the index, in its order and types; a
+    # mismatched source used to reach the lowering's reshape (JAX's TypeError).
+    fn = _INDEX_FUNCS[func]
+    args = (torch.zeros(shape), dim, torch.tensor(index), torch.full(source, 2.0))
+    dev_args = to_neuron(args)  # before CPU's in-place variants write into args[0]
+    try:
+        want = fn(*args)
+    except Exception as cpu:  # noqa: BLE001 - CPU's error is the expected outcome
+        with pytest.raises(type(cpu)) as dev:
+            fn(*dev_args)
+        assert str(dev.value) == str(cpu)
+        return
+    torch.testing.assert_close(fn(*dev_args).cpu(), want)
+
+
 def test_index_add_copy_fill():
     x = make((4, 5), torch.float32)
     check(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, T([1, 1, 3]), torch.ones(3, 5))

@@ -107,6 +107,33 @@ def _index_add_meta_check(self, dim, index, source, **_):
                                f"with type: {type_name(index.dtype)} and size: {list(index.shape)}"),
                   (RuntimeError, f"index_add_(): Expected dtype int32/int64 for index but got: "
                                  f"{type_name(index.dtype)}"))
+    _index_source_check("index_add", self, dim, index, source)
+
+
+@meta_check(aten.index_reduce.default, aten.index_reduce_.default)
+def _index_reduce_meta_check(self, dim, index, source, *_, **__):
+    _index_source_check("index_reduce", self, dim, index, source)
+
+
+def _index_source_check(func: str, self, dim: int, index, source) -> None:
+    """ATen's index_func_meta_impl checks of `source` against the index and `self`:
+    RuntimeError, in CPU's order (PyTorch's meta kernel leaves them to the kernel)."""
+    d = dim % self.dim() if self.dim() else 0
+    if not (d == 0 or d < source.dim()):
+        raise RuntimeError(f"{func}_(): Indexing dim {d} is out of bounds of the source tensor with dim "
+                           f"{source.dim()}")
+    count = 1 if source.dim() == 0 else source.shape[d]
+    if index.numel() != count:
+        if source.dim() == 0:  # CPU's message reads source.size(dim), which raises first
+            raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
+        raise RuntimeError(f"{func}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
+                           f"({count}), for dim: {d}")
+    self_sizes, source_sizes = list(self.shape), list(source.shape)
+    if source.dim() and self.dim():
+        del self_sizes[d], source_sizes[d]
+    if self_sizes != source_sizes:
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
 
 
 @meta_check(aten.index_copy.default, aten.index_copy.out, aten.index_copy_.default)
@@ -115,6 +142,28 @@ def _index_copy_meta_check(self, dim, index, source, **_):
                   (IndexError, f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})"),
                   (RuntimeError, f"index_copy_(): Expected a long tensor for index, but got "
                                  f"{type_name(index.dtype)}"))
+    _index_copy_source_check(self, dim, index, source)
+
+
+def _index_copy_source_check(self, dim: int, index, source) -> None:
+    """ATen's index_copy meta checks of `source`, in CPU's order and exception types
+    (PyTorch's meta kernel raises other types and messages)."""
+    n = index.numel()
+    if source.dim() == 0 and n != 1:
+        raise IndexError(f"index_copy_(): When source is scalar, index should have one element (got {n})")
+    if source.dim() != self.dim() and source.dim() != 0 and self.dim() != 0:
+        raise IndexError("index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.dim()}), destination dimensionality ({self.dim()})")
+    d = dim % self.dim() if self.dim() else 0
+    self_sliced = [s for i, s in enumerate(self.shape) if i != d]
+    source_sliced = [s for i, s in enumerate(source.shape) if i != d]
+    if self_sliced != source_sliced:
+        raise RuntimeError("index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+                           f"shape: {' '.join(map(str, self_sliced))} at dimension {d} and source slice shape: "
+                           f"{' '.join(map(str, source_sliced))} at dimension 0.")
+    if source.dim() and n != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) "
+                         f"({source.shape[d]})")
 
 
 @meta_check(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill.int_Scalar_out,
