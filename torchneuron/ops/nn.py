@@ -12,7 +12,6 @@ tensor), as on CPU.
 """
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +23,7 @@ from ..kernels import attention
 from ._common import acc_type, half_rounding, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
+from .reduction import _vector_norm
 from .registry import context, lowering, meta_check, meta_impl
 
 aten = torch.ops.aten
@@ -1133,25 +1133,9 @@ def embedding_renorm(self, indices, max_norm, norm_type):
                     value=jnp.where(jnp.any(bad), idx[jnp.argmax(bad)], 0) if idx.size else 0)
     named = jnp.zeros((n,), bool).at[jnp.where(idx < 0, idx + n, idx)].set(True, mode="drop")
     x = _acc(self)
-    norm = _vector_norm_rows(x, norm_type).astype(self.dtype).astype(jnp.float64)
+    norm = _vector_norm(x, norm_type, 1).astype(self.dtype).astype(jnp.float64)
     scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1.0).astype(self.dtype)
     return (x * _acc(scale)[:, None]).astype(self.dtype)
-
-
-def _vector_norm_rows(x, p: float):
-    """The p-norm of each row of `x` (2-D), as linalg.vector_norm defines it."""
-    a = jnp.abs(x)
-    if p == math.inf:
-        return jnp.max(a, axis=1, initial=0.0)
-    if p == -math.inf:
-        return jnp.min(a, axis=1, initial=math.inf)
-    if p == 0:
-        return jnp.sum(a != 0, axis=1).astype(x.dtype)
-    if p == 1:
-        return jnp.sum(a, axis=1)
-    if p == 2:
-        return jnp.sqrt(jnp.sum(a * a, axis=1))
-    return jnp.sum(a ** p, axis=1) ** (1.0 / p)
 
 
 @lowering(aten.embedding_dense_backward.default)
