@@ -107,20 +107,29 @@ def test_pointwise_losses(reduction):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_binary_cross_entropy_gradient_is_cpus_to_the_bit(dtype, reduction, weighted):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_binary_cross_entropy_gradient_is_cpus_to_the_bit(dtype, reduction, weighted, compiled):
     # CPU's kernel: g (x - t) / max((1 - x) x, eps), then * w, then / n, each rounded to
-    # the dtype; a half-type product order or a folded division is an ulp off.
+    # the dtype; a half-type product order or a folded division is an ulp off. Compiled
+    # graphs keep the natively lowered binary_cross_entropy_backward (PyTorch's core-ATen
+    # decomposition of it rounds otherwise).
     x = torch.rand(7, 9, dtype=dtype).clamp(0.01, 0.99)
     x[0, :2] = torch.tensor([0.0, 1.0])  # the eps clamp: CPU's EPSILON is a float
     t, w = torch.rand(7, 9, dtype=dtype), torch.rand(7, 9, dtype=dtype)
 
-    def grad(device):
+    def loss_fn(leaf, target, weight):
+        return F.binary_cross_entropy(leaf, target, weight, reduction=reduction)
+
+    def grad(device, fn=loss_fn):
         leaf = x.to(device).detach().requires_grad_()
-        loss = F.binary_cross_entropy(leaf, t.to(device), w.to(device) if weighted else None, reduction=reduction)
+        loss = fn(leaf, t.to(device), w.to(device) if weighted else None)
         loss.backward(torch.full_like(loss, 0.75))
         return leaf.grad.cpu()
 
-    torch.testing.assert_close(grad("neuron"), grad("cpu"), rtol=0, atol=0)
+    if compiled:
+        torch._dynamo.reset()
+    got = grad("neuron", torch.compile(loss_fn, backend="neuron") if compiled else loss_fn)
+    torch.testing.assert_close(got, grad("cpu"), rtol=0, atol=0)
 
 
 def test_loss_edge_cases():

@@ -26,6 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .. import config, metrics
+from ..ops.registry import LOWERINGS
 from . import flex_attention
 from .graph import GraphExecutable, lowerable
 
@@ -96,8 +97,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
     return make_boxed_func(fused)
 
 
+@functools.lru_cache(maxsize=None)
 def _decompositions():
-    return core_aten_decompositions()
+    """PyTorch's core-ATen decompositions, less the ops the lowering table lowers
+    natively: DESIGN's resolution order (native lowering first) holds in compiled graphs
+    as in eager, so a compiled op computes what the same eager op computes."""
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if op not in LOWERINGS or LOWERINGS[op].mutates}
 
 
 def _aot():
