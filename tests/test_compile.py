@@ -207,6 +207,29 @@ def test_corrupt_cache_entry_recompiles(tmp_path):
     assert _run_child(tmp_path)[:2] == (1, 0)  # rewritten entry is good again
 
 
+def test_graphs_differing_only_in_an_unused_input_dtype_get_their_own_executables():
+    # The backward of an order-0 norm ignores its output gradient, and jax.jit leaves an
+    # unused argument out of the StableHLO text: the float32 graph's cached executable
+    # used to be loaded for the bfloat16 one, which then refused its argument.
+    for dtype in (torch.float32, torch.bfloat16):
+        torch._dynamo.reset()
+        x = torch.ones(5, 5, dtype=dtype, device="neuron", requires_grad=True)
+        out = torch.compile(lambda t: torch.linalg.vector_norm(t, 0), backend="neuron")(x)
+        assert out.dtype == dtype and out.item() == 25
+        out.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_compiled_renorm_lowers_every_node_in_half_types(dtype, monkeypatch):
+    # PyTorch's renorm decomposition converts with prims.convert_element_type, which
+    # used to have no lowering: the graph was split around it (strict mode refused).
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    torch._dynamo.reset()
+    x = torch.randn(3, 4, 5, dtype=dtype)
+    got = torch.compile(lambda t: torch.renorm(t, 2, 1, 0.5), backend="neuron", fullgraph=True)(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), torch.renorm(x, 2, 1, 0.5), rtol=0, atol=0)
+
+
 def test_gpt_example_training_parity():
     from examples.gpt.model import GPT, GPTConfig
 

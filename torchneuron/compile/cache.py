@@ -1,8 +1,10 @@
 """On-disk cache of compiled graph executables, shared across processes.
 
 Entries live in ``$TORCHNEURON_CACHE_DIR/executables/<key>.bin``; the key hashes the
-StableHLO text with the JAX version and the device kind, so any change of program,
-compiler or device misses. Each entry carries a SHA-256 of its payload: a truncated or
+StableHLO text and the argument types with the JAX version and the device kind, so any
+change of program, compiler or device misses. (The text alone would not do: `jax.jit`
+leaves unused arguments out of it, so graphs that differ only in an unused input's
+dtype lower to the same text, and the executable refuses the other dtype.) Each entry carries a SHA-256 of its payload: a truncated or
 corrupt entry is detected, logged, recompiled and rewritten, never a crash. Entries are
 written to a temporary file and renamed into place, so processes sharing the
 directory never see a partial entry.
@@ -30,7 +32,7 @@ def directory() -> str:
 def key_of(lowered) -> str:
     device = jax.devices()[0]
     h = hashlib.sha256()
-    for part in (lowered.as_text(), jax.__version__, device.platform, device.device_kind,
+    for part in (lowered.as_text(), str(lowered.in_avals), jax.__version__, device.platform, device.device_kind,
                  os.environ.get("XLA_FLAGS", "")):
         h.update(part.encode())
         h.update(b"\0")

@@ -996,6 +996,13 @@ def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blo
     return convert(self, _out())
 
 
+@lowering(torch.ops.prims.convert_element_type.default, eager=False)
+def convert_element_type(a, dtype):
+    """`prims::convert_element_type` in compiled graphs, which some of PyTorch's
+    decompositions (renorm's) emit: converts like `_to_copy`."""
+    return convert(a, _out())
+
+
 @lowering(aten.clone.default)
 def clone(self, memory_format=None):
     return self
