@@ -260,6 +260,66 @@ ARG_ERRORS = {
 }
 
 
+_O = lambda d, *s, dtype=None: torch.ones(s, device=d, dtype=dtype)  # noqa: E731
+_F64 = torch.float64
+
+# The matrix products' argument errors: PyTorch's Meta kernels word them as CUDA does
+# ("a and b must have same reduction dim"), let addmm's `self` and addmv's 2-d `self`
+# through where CPU refuses them, and check dtypes after shapes where CPU's addmm checks
+# them first.
+MATRIX_PRODUCT_ERRORS = {
+    "mm_inner": lambda d: torch.mm(_O(d, 2, 3), _O(d, 4, 5)),
+    "mm_inner_and_dtype": lambda d: torch.mm(_O(d, 2, 3), _O(d, 4, 5, dtype=_F64)),
+    "mm_empty_inner": lambda d: torch.mm(_O(d, 0, 3), _O(d, 4, 5)),
+    "mm_int": lambda d: torch.mm(_O(d, 2, 3, dtype=torch.int64), _O(d, 4, 5, dtype=torch.int64)),
+    "mm_vector_self": lambda d: torch.mm(_O(d, 3), _O(d, 4, 5)),
+    "mm_vector_mat2": lambda d: torch.mm(_O(d, 2, 3), _O(d, 4)),
+    "mm_out": lambda d: torch.mm(_O(d, 2, 3), _O(d, 4, 5), out=_O(d, 2, 5)),
+    "matmul_2d": lambda d: _O(d, 2, 3) @ _O(d, 4, 5),
+    "matmul_vector_matrix": lambda d: _O(d, 3) @ _O(d, 4, 5),
+    "linear": lambda d: _F.linear(_O(d, 2, 3), _O(d, 5, 4), _O(d, 5)),
+    "addmm_inner": lambda d: torch.addmm(_O(d, 2, 5), _O(d, 2, 3), _O(d, 4, 5)),
+    "addmm_dtype_before_inner": lambda d: torch.addmm(_O(d, 2, 5), _O(d, 2, 3), _O(d, 4, 5, dtype=_F64)),
+    "addmm_self_dtype": lambda d: torch.addmm(_O(d, 2, 5, dtype=_F64), _O(d, 2, 3), _O(d, 4, 5)),
+    "addmm_self_expand": lambda d: torch.addmm(_O(d, 3, 5), _O(d, 2, 3), _O(d, 3, 5)),
+    "addmm_self_vector": lambda d: torch.addmm(_O(d, 3), _O(d, 2, 3), _O(d, 3, 5)),
+    "addmm_self_3d": lambda d: torch.addmm(_O(d, 2, 2, 5), _O(d, 2, 3), _O(d, 3, 5)),
+    "addmm_mat1_3d": lambda d: torch.addmm(_O(d, 2, 5), _O(d, 2, 3, 4), _O(d, 3, 5)),
+    "addmm_out": lambda d: torch.addmm(_O(d, 2, 5), _O(d, 2, 3), _O(d, 4, 5), out=_O(d, 2, 5)),
+    "mv_inner": lambda d: torch.mv(_O(d, 2, 3), _O(d, 4)),
+    "mv_matrix_vec": lambda d: torch.mv(_O(d, 2, 3), _O(d, 3, 1)),
+    "mv_0d": lambda d: torch.mv(_O(d), _O(d, 3)),
+    "matmul_matrix_vector": lambda d: _O(d, 2, 3) @ _O(d, 4),
+    "addmv_self_size": lambda d: torch.addmv(_O(d, 3), _O(d, 2, 3), _O(d, 3)),
+    "addmv_self_2d": lambda d: torch.addmv(_O(d, 2, 1), _O(d, 2, 3), _O(d, 3)),
+    "addmv_0d_self_inner": lambda d: torch.addmv(_O(d), _O(d, 2, 3), _O(d, 4)),
+    "addmv_inner_before_dtype": lambda d: torch.addmv(_O(d, 2, dtype=_F64), _O(d, 2, 3), _O(d, 4)),
+    "dot_sizes": lambda d: torch.dot(_O(d, 3), _O(d, 4)),
+    "dot_dtype": lambda d: torch.dot(_O(d, 3), _O(d, 4, dtype=_F64)),
+    "dot_2d": lambda d: torch.dot(_O(d, 3, 1), _O(d, 4)),
+    "vdot_sizes": lambda d: torch.vdot(_O(d, 3, dtype=torch.cfloat), _O(d, 4, dtype=torch.cfloat)),
+    "matmul_vector_vector": lambda d: _O(d, 3) @ _O(d, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(MATRIX_PRODUCT_ERRORS))
+def test_matrix_product_errors_match_cpu(name):
+    cpu = _raised(MATRIX_PRODUCT_ERRORS[name], "cpu")
+    assert cpu[0] is not None, "the case must be an error on CPU"
+    assert _raised(MATRIX_PRODUCT_ERRORS[name], "neuron") == cpu
+
+
+@pytest.mark.parametrize("name", ["mm_inner", "addmm_self_3d", "addmv_self_2d", "dot_sizes"])
+def test_matrix_product_errors_match_cpu_when_compiled(name):
+    """Fake tensors consult the same checks, so torch.compile raises CPU's error too."""
+    torch._dynamo.reset()
+    compiled = torch.compile(MATRIX_PRODUCT_ERRORS[name], backend="neuron", fullgraph=True)
+    cpu = _raised(MATRIX_PRODUCT_ERRORS[name], "cpu")
+    with pytest.raises(Exception) as info:
+        compiled("neuron")
+    assert cpu[1] in str(info.value)
+
+
 @pytest.mark.parametrize("name", list(ARG_ERRORS))
 def test_argument_errors_match_cpu(name):
     cpu = _raised(ARG_ERRORS[name], "cpu")

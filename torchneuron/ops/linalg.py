@@ -61,14 +61,110 @@ def _check_mm_dtypes(m1, m2) -> None:
                            f"{_cpp(m2.dtype)}")
 
 
-def _check_addmm_dtypes(self_dtype, mat1, mat2) -> None:
+def _check_addmm_dtypes(self_dtype, mat1_dtype, mat2_dtype) -> None:
     """addmm's (and addbmm's) checks, in CPU's order: self vs mat2, then mat1 vs mat2."""
-    if jnp.dtype(self_dtype) != jnp.dtype(mat2.dtype):
+    if jnp.dtype(self_dtype) != jnp.dtype(mat2_dtype):
         raise RuntimeError(f"self and mat2 must have the same dtype, but got {_scalar(self_dtype)} and "
-                           f"{_scalar(mat2.dtype)}")
-    if jnp.dtype(mat1.dtype) != jnp.dtype(mat2.dtype):
-        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_scalar(mat1.dtype)} and "
-                           f"{_scalar(mat2.dtype)}")
+                           f"{_scalar(mat2_dtype)}")
+    if jnp.dtype(mat1_dtype) != jnp.dtype(mat2_dtype):
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_scalar(mat1_dtype)} and "
+                           f"{_scalar(mat2_dtype)}")
+
+
+# CPU's argument checks of the matrix products, in its order and words, run before
+# PyTorch's Meta kernels (which word them as CUDA does, and let addmm's self broadcast
+# where CPU expands it): eager and fake tensors (torch.compile) both consult them.
+
+def _cannot_multiply(mat1, mat2) -> RuntimeError:
+    return RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x{mat1.shape[1]} and "
+                        f"{mat2.shape[0]}x{mat2.shape[1]})")
+
+
+@meta_check(aten.mm.default, aten.mm.out)
+def _mm_meta_check(self, mat2, **_):
+    """CPU's TORCH_META_FUNC(mm): two matrices, then their inner sizes."""
+    if self.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    if self.shape[1] != mat2.shape[0]:
+        raise _cannot_multiply(self, mat2)
+
+
+@meta_check(aten.addmm.default, aten.addmm.out)
+def _addmm_meta_check(self, mat1, mat2, **_):
+    """CPU's addmm: dtypes, two matrices, inner sizes (its Meta function), then `self`
+    expanded to the (n, p) result (addmm_impl_cpu_), with expand's own error."""
+    _check_addmm_dtypes(dt.to_jax(self.dtype), dt.to_jax(mat1.dtype), dt.to_jax(mat2.dtype))
+    if mat1.dim() != 2:
+        raise RuntimeError(f"mat1 must be a matrix, got {mat1.dim()}-D tensor")
+    if mat2.dim() != 2:
+        raise RuntimeError(f"mat2 must be a matrix, got {mat2.dim()}-D tensor")
+    if mat1.shape[1] != mat2.shape[0]:
+        raise _cannot_multiply(mat1, mat2)
+    _expand_check(self, (mat1.shape[0], mat2.shape[1]))
+
+
+def _expand_check(tensor, size) -> None:
+    """ATen's `expand` argument errors (expand, inferExpandGeometry) for `tensor`
+    expanded to `size`, worded as for a CPU tensor. Written out rather than run, because
+    under Dynamo's Python dispatcher expand raises with other words."""
+    shape, size = list(tensor.shape), list(size)
+    if len(size) < len(shape):
+        cpu_type = _CPU_TYPE_NAMES.get(tensor.dtype, str(tensor.dtype))
+        raise RuntimeError(f"expand({cpu_type}{{{shape}}}, size={size}): the number of sizes provided ({len(size)}) "
+                           f"must be greater or equal to the number of dimensions in the tensor ({len(shape)})")
+    for i in range(len(size) - 1, -1, -1):
+        dim = len(shape) - len(size) + i
+        existing = shape[dim] if dim >= 0 else 1
+        if existing not in (size[i], 1):
+            raise RuntimeError(f"The expanded size of the tensor ({size[i]}) must match the existing size ({existing}) "
+                               f"at non-singleton dimension {i}.  Target sizes: {size}.  Tensor sizes: {shape}")
+
+
+#: CPU tensors' legacy type names (Tensor.type()), which ATen's messages print.
+_CPU_TYPE_NAMES = {d: torch.empty(0, dtype=d).type() for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128, torch.int64,
+    torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+def _addmv_checks(self, mat, vec) -> None:
+    """CPU's TORCH_META_FUNC(addmv): vector + matrix @ vector, then the sizes (`self`
+    has n elements or one)."""
+    if not (mat.dim() == 2 and vec.dim() == 1 and self.dim() <= 1):
+        raise RuntimeError(f"vector + matrix @ vector expected, got {self.dim()}, {mat.dim()}, {vec.dim()}")
+    if mat.shape[1] != vec.shape[0] or self.numel() not in (mat.shape[0], 1):
+        if self.dim() == 0:  # CPU's message reads self.size(0)
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        raise RuntimeError(f"size mismatch, got input ({self.shape[0]}), mat ({mat.shape[0]}x{mat.shape[1]}), "
+                           f"vec ({vec.shape[0]})")
+
+
+@meta_check(aten.addmv.default, aten.addmv.out)
+def _addmv_meta_check(self, mat, vec, **_):
+    _addmv_checks(self, mat, vec)
+
+
+@meta_check(aten.mv.default, aten.mv.out)
+def _mv_meta_check(self, vec, **_):
+    """CPU's mv is addmv into a new vector of self.size(0) elements."""
+    if self.dim() == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    _addmv_checks(self.new_empty((self.shape[0],)), self, vec)
+
+
+@meta_check(aten.dot.default, aten.dot.out, aten.vdot.default, aten.vdot.out)
+def _dot_meta_check(self, other, **_):
+    """CPU's dot_check (vdot's too): 1-D tensors, one dtype, as many elements."""
+    if self.dim() != 1 or other.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {other.dim()}D tensors")
+    if self.dtype != other.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
+                           f"{_scalar(dt.to_jax(self.dtype))} and {_scalar(dt.to_jax(other.dtype))}")
+    if self.numel() != other.numel():
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{self.numel()}] and src [{other.numel()}] "
+                           f"to have the same number of elements, but got {self.numel()} and {other.numel()} "
+                           "elements respectively")
 
 
 def _dot(a, b, contract, batch=((), ())):
@@ -104,7 +200,6 @@ def mm(self, mat2):
 @lowering(aten.addmm.default)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """aten::addmm: beta * self + alpha * (mat1 @ mat2); self broadcasts to (n, p)."""
-    _check_addmm_dtypes(self.dtype, mat1, mat2)
     _reject_bool(mat1.dtype, "addmm_impl_cpu_")
     return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha)
 
@@ -132,7 +227,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
 def addbmm(self, batch1, batch2, beta=1, alpha=1):
     """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p),
     accumulated batch by batch like CPU."""
-    _check_addmm_dtypes(self.dtype, batch1, batch2)
+    _check_addmm_dtypes(self.dtype, batch1.dtype, batch2.dtype)
     _reject_bool(batch1.dtype, "addmm_impl_cpu_")
     out = context().out_dtype()
     products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
@@ -175,10 +270,8 @@ def addmv(self, mat, vec, beta=1, alpha=1):
 
 @lowering(aten.dot.default)
 def dot(self, tensor):
-    """aten::dot: inner product of two 1-D tensors of the same dtype -> 0-dim."""
-    if jnp.dtype(self.dtype) != jnp.dtype(tensor.dtype):
-        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_scalar(self.dtype)} "
-                           f"and {_scalar(tensor.dtype)}")
+    """aten::dot: inner product of two 1-D tensors of the same dtype (checked by
+    `_dot_meta_check`) -> 0-dim."""
     _reject_bool(self.dtype, "dot")
     return _dot(self, tensor, ((0,), (0,))).astype(context().out_dtype())
 

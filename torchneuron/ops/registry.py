@@ -234,9 +234,11 @@ def meta_check(*ops):
     of each of `ops` (the decomposition `torch._meta_registrations` installed on the
     Meta key). For Scalar checks CPU's C++ kernels make and those Python kernels
     get wrong: they raise ValueError where CPU raises RuntimeError (add(int, int,
-    alpha=2.5), masked_fill(int, m, nan)). The eager executor runs the Meta kernel before
-    the lowering, and fake tensors (torch.compile) consult it too. Returns `check`."""
-    from torch._decomp import global_decomposition_table
+    alpha=2.5), masked_fill(int, m, nan)), or word as CUDA does. The eager executor runs
+    the Meta kernel before the lowering; fake tensors (torch.compile) run the Python
+    kernel of the op's Meta key or `meta_table`, which both get the check too. Returns
+    `check`."""
+    from torch._decomp import global_decomposition_table, meta_table
 
     def register(check):
         for op in ops:
@@ -249,6 +251,11 @@ def meta_check(*ops):
                 return _inner(*args, **kwargs)
 
             meta_impl(op, meta)
+            if op.py_kernels.get(torch._C.DispatchKey.Meta) is inner:
+                op.py_kernels[torch._C.DispatchKey.Meta] = meta
+            # Fake tensors prefer a Python meta kernel to a decomposition (which may
+            # broadcast where CPU refuses): from `meta_table`.
+            meta_table[op] = meta
         return check
 
     return register
