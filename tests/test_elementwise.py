@@ -172,7 +172,31 @@ def test_integer_division_with_rounding_broadcasts():
     a, b = torch.tensor([[7], [-9], [4]]), torch.tensor([2, -3])
     check(lambda a, b: torch.div(a, b, rounding_mode="floor"), a, b)
     check(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b)
+    check(torch.fmod, a, b)  # lax.rem does not broadcast either
+    check(torch.fmod, a.int(), b.int())
     check(lambda a: torch.unravel_index(a, (2, 3, 4)), torch.tensor([[1, 5], [7, 23]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+def test_half_rounded_division_rounds_like_cpu(dtype, mode):
+    # With a tensor divisor CPU's half kernels round every operation to the half type
+    # (trunc(a / b) truncates the rounded quotient: 4% of float16 and 16% of bfloat16
+    # quotients came out one off); a one-element divisor computes in float.
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, 64, generator=g) * 50).to(dtype), torch.randn(64, 64, generator=g).to(dtype)
+    a[0, :4], b[0, :4] = torch.tensor([0., -1., 5., 3.]), torch.tensor([0., 0., float("inf"), -0.5])
+    for divisor in (b, b[:, :1], b[0, 5], 0.37):
+        check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, divisor)
+    check(torch.floor_divide, a, b)
+
+
+@pytest.mark.parametrize("alpha", [False, True])
+def test_bool_add_takes_alpha(alpha):
+    # self + alpha * other in bool arithmetic: alpha=False leaves self as it is.
+    a, b = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
+    check(lambda a, b: torch.add(a, b, alpha=alpha), a, b)
+    check(lambda a, b: a.add_(b, alpha=alpha), a.clone(), b)
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])

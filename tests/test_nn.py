@@ -139,6 +139,13 @@ def test_loss_edge_cases():
 
 
 # ------------------------------------------------------------------ normalization
+@pytest.mark.parametrize("shape, groups", [((0, 2), 1), ((0, 4, 3), 2)])
+def test_group_norm_of_an_empty_batch(shape, groups):
+    # The lowering inferred a -1 size from zero elements (a ZeroDivisionError).
+    x, w, b = torch.randn(shape), torch.randn(shape[1]), torch.randn(shape[1])
+    check(grads(lambda x, w, b: F.group_norm(x, groups, w, b), diff=(0, 1, 2)), x, w, b)
+
+
 def test_layer_and_group_norm():
     x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4, 3, 3), torch.randn(3)
     check(grads(lambda a, c: F.layer_norm(a, (4, 3, 3), c, None), diff=(0, 1)), x, w, **F32_TOL)

@@ -71,8 +71,8 @@ def add(self, other, alpha=1):
     out = _out()
     _check_alpha(out, alpha)
     c = _compute(out)
-    if out == jnp.bool_:
-        return jnp.logical_or(cast(self, jnp.bool_), cast(other, jnp.bool_))
+    if out == jnp.bool_:  # self + alpha * other in bool arithmetic: self or (alpha and other)
+        return jnp.logical_or(cast(self, jnp.bool_), _alpha(cast(other, jnp.bool_), alpha))
     return (cast(self, c) + _alpha(cast(other, c), alpha)).astype(out)
 
 
@@ -129,15 +129,25 @@ def div(self, other, rounding_mode=None):
             return lax.div(a, jnp.where(b == 0, 1, b)).astype(out)
         context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
         return _floor_divide_int(a, b).astype(out)
-    q = true_divide(a, b)
+    # CPU's half-type kernels compute with a tensor divisor in the half type, each
+    # operation rounded to it (c10::Half arithmetic: trunc(a / b) of the rounded
+    # quotient); a one-element divisor (TensorIterator's is_scalar) takes the float path.
+    if out in (jnp.float16, jnp.bfloat16) and jnp.size(other) != 1:
+        def r(x):
+            return x.astype(out).astype(c)
+    else:
+        def r(x):
+            return x
+    q = r(true_divide(a, b))
     if rounding_mode == "trunc":
         return jnp.trunc(q).astype(out)
-    # ATen's floor division: floor((a - fmod(a, b)) / b) with sign fix-up.
-    mod = jnp.fmod(a, b)
-    d = true_divide(a - mod, b)
-    d = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d)
+    # ATen's floor division (c10::div_floor_floating): floor((a - fmod(a, b)) / b) with
+    # sign fix-up.
+    mod = r(jnp.fmod(a, b))
+    d = r(true_divide(r(a - mod), b))
+    d = r(jnp.where((mod != 0) & ((b < 0) != (mod < 0)), d - 1, d))
     fl = jnp.floor(d)
-    fl = jnp.where(d - fl > 0.5, fl + 1, fl)
+    fl = r(jnp.where(d - fl > 0.5, fl + 1, fl))
     res = jnp.where(d != 0, fl, jnp.copysign(jnp.zeros_like(q), q))
     return jnp.where(b == 0, q, res).astype(out)
 
@@ -168,6 +178,7 @@ def fmod(self, other):
     c = _compute(out)
     a, b = cast(self, c), cast(other, c)
     if jnp.issubdtype(c, jnp.integer):
+        a, b = jnp.broadcast_arrays(a, b)  # lax.rem does not broadcast
         context().check(jnp.all(b != 0), RuntimeError, "ZeroDivisionError")
         return lax.rem(a, jnp.where(b == 0, 1, b)).astype(out)
     return jnp.fmod(a, b).astype(out)

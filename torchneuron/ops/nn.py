@@ -422,9 +422,10 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     return gi, gw, gb
 
 
-def _grouped(x, N, C, group):
-    """(N, C, *) -> (N, group, C // group, rest) so statistics reduce over axes (2, 3)."""
-    return x.reshape(N, group, C // group, -1)
+def _grouped(x, N, C, HxW, group):
+    """(N, C, *) -> (N, group, C // group, HxW) so statistics reduce over axes (2, 3).
+    (Sizes given, not -1: an empty batch has no size to infer it from.)"""
+    return x.reshape(N, group, C // group, HxW)
 
 
 def _per_channel(p, group):
@@ -436,7 +437,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     """aten::native_group_norm: (out, mean (N, group), rstd (N, group)) for input
     (N, C, *) normalized over each group of C // group channels and all spatial dims."""
     _require_float(input, "GroupNormKernelImpl")
-    x = _grouped(_acc(input), N, C, group)
+    x = _grouped(_acc(input), N, C, HxW, group)
     x_hat, mean, rstd = _normalize(x, (2, 3), eps)
     out = x_hat
     if weight is not None:
@@ -449,9 +450,9 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 @lowering(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     """aten::native_group_norm_backward: (grad_input, grad_weight (C,), grad_bias (C,))."""
-    g = _grouped(_acc(grad_out), N, C, group)
+    g = _grouped(_acc(grad_out), N, C, HxW, group)
     r = _acc(rstd).reshape(N, group, 1, 1)
-    x_hat = (_grouped(_acc(input), N, C, group) - _acc(mean).reshape(N, group, 1, 1)) * r
+    x_hat = (_grouped(_acc(input), N, C, HxW, group) - _acc(mean).reshape(N, group, 1, 1)) * r
     w = _per_channel(weight, group) if weight is not None else jnp.ones((), g.dtype)
     gi = _affine_backward(g, x_hat, r, w, (2, 3)).reshape(input.shape) if output_mask[0] else None
     gw = jnp.sum(g * x_hat, axis=(0, 3)).reshape(C) if output_mask[1] and weight is not None else None
