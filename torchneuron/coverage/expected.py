@@ -101,7 +101,35 @@ _BN_EVAL_STATISTICS = (
 _LINEAR_INTERPOLATIONS = ("nn.functional.interpolate.linear", "nn.functional.interpolate.trilinear")
 _BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm", "nn.functional.batch_norm")
 
+#: Half-rounding differences first seen at a later sample by all-samples spot checks:
+#: (OpInfo, check, dtype) -> (first failing sample, max |CPU - float64 ref|, max |neuron -
+#: float64 ref|) on that sample (`FIRST_FAILING_SAMPLE` takes the sample from here).
+_LATER_HALF_ROUNDING = {
+    ("nn.functional.avg_pool1d", "backward", "bfloat16"): (1, 0.00521, 0.00391),
+    ("nn.functional.avg_pool1d", "backward", "float16"): (1, 0.000488, 0.000488),
+    ("nn.functional.conv1d", "backward", "float16"): (8, 0.00699, 0.00386),
+    ("nn.functional.conv_transpose2d", "forward", "bfloat16"): (2, 0.562, 0.246),
+    ("nn.functional.conv_transpose2d", "backward", "bfloat16"): (2, 0.247, 0.247),
+    ("nn.functional.conv_transpose2d", "forward", "float16"): (10, 0.145, 0.0966),
+    ("nn.functional.max_pool2d", "backward", "bfloat16"): (23, 0.00586, 0.00195),
+    ("nn.functional.max_pool2d", "backward", "float16"): (53, 0.00171, 0.000595),
+}
+
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
+    **{key: f"{_HALF_ROUNDING} (max error vs float64 on sample {first}: CPU {cpu:g}, neuron {neuron:g})"
+       for key, (first, cpu, neuron) in _LATER_HALF_ROUNDING.items()},
+    **{("pow", "backward", dtype): (
+        "pow's gradients amplify its rounding: at the sample's large bases and exponents x^y and x^y log(x) have "
+        f"condition numbers near |y log x|, so an ulp of difference between CPU's libm pow and XLA's exp(y log x) "
+        f"shows past the {dtype} tolerance in a few elements. Max relative error vs a 128-bit reference on sample "
+        f"{first}: CPU {cpu:g}, neuron {neuron:g}")
+       for dtype, (first, cpu, neuron) in (("float32", (4, 1.13e-5, 1.40e-5)), ("complex64", (7, 1.63e-5, 2.25e-6)))},
+    ("add", "forward", "float16"): (
+        "half-precision rounding of alpha: CPU's scalar loop, which handles tensors shorter than one vector "
+        "(fewer than 32 float16 elements on this machine; the vector width depends on the CPU), rounds "
+        "alpha * other to float16 before adding, where its vector loop and neuron compute self + alpha * other "
+        "in float32 and round once: 1-ulp differences (max error vs float64 on sample 10: CPU 0.0107, "
+        "neuron 0.00684)"),
     **_cases(("_native_batch_norm_legit",), ("forward",), ("float32", "float64"), _BN_EVAL_STATISTICS),
     **_cases(("native_batch_norm",), ("forward", "out"), ("float32", "float64"), _BN_EVAL_STATISTICS),
     **_cases(_LINEAR_INTERPOLATIONS, ("forward",), _HALF, _half_rounding),
@@ -320,6 +348,13 @@ _AS_FORWARD = ("noncontiguous",)
 #: fewer samples (the committed one-sample report) passes them without calling the entry
 #: stale.
 FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
+    **{key: first for key, (first, _, _) in _LATER_HALF_ROUNDING.items()},
+    **{(name, "noncontiguous", dtype): first for (name, check, dtype), (first, _, _) in _LATER_HALF_ROUNDING.items()
+       if check == "forward"},
+    ("add", "forward", "float16"): 10,
+    ("pow", "backward", "float32"): 4,
+    ("pow", "backward", "complex64"): 7,
+    ("add", "noncontiguous", "float16"): 10,
     **{key: 2 for key in _cases(("linalg.lstsq", "linalg.lstsq.grad_oriented"), ("backward",),
                                 ("float32", "complex64"), "")},
     **{key: 2 for key in _cases(_LINEAR_INTERPOLATIONS, ("forward", "noncontiguous"), _HALF, "")},
