@@ -218,6 +218,23 @@ def test_index_source_shapes_like_cpu(func, shape, dim, index, source):
     torch.testing.assert_close(fn(*dev_args).cpu(), want)
 
 
+@pytest.mark.parametrize("func", sorted(_INDEX_FUNCS))
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_index_source_dtype_must_be_selfs(func, compiled):
+    # A float64 source into a float32 self: CPU refuses it; the lowerings converted it
+    # (compiled graphs too, since index_add/index_copy stay native there).
+    fn = _INDEX_FUNCS[func]
+    args = (torch.zeros(3, 2), 0, torch.tensor([0]), torch.ones(1, 2, dtype=torch.float64))
+    with pytest.raises(RuntimeError) as cpu:
+        fn(*args)
+    if compiled:
+        torch._dynamo.reset()
+        fn = torch.compile(fn, backend="neuron")
+    with pytest.raises(Exception) as dev:
+        fn(*to_neuron(args))
+    assert str(cpu.value) in str(dev.value)
+
+
 def test_index_add_copy_fill():
     x = make((4, 5), torch.float32)
     check(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, T([1, 1, 3]), torch.ones(3, 5))

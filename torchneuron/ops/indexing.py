@@ -118,6 +118,9 @@ def _index_reduce_meta_check(self, dim, index, source, *_, **__):
 def _index_source_check(func: str, self, dim: int, index, source) -> None:
     """ATen's index_func_meta_impl checks of `source` against the index and `self`:
     RuntimeError, in CPU's order (PyTorch's meta kernel leaves them to the kernel)."""
+    if source.dtype != self.dtype:
+        raise RuntimeError(f"{func}_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must "
+                           "have the same scalar type")
     d = dim % self.dim() if self.dim() else 0
     if not (d == 0 or d < source.dim()):
         raise RuntimeError(f"{func}_(): Indexing dim {d} is out of bounds of the source tensor with dim "
@@ -148,6 +151,9 @@ def _index_copy_meta_check(self, dim, index, source, **_):
 def _index_copy_source_check(self, dim: int, index, source) -> None:
     """ATen's index_copy meta checks of `source`, in CPU's order and exception types
     (PyTorch's meta kernel raises other types and messages)."""
+    if source.dtype != self.dtype:
+        raise RuntimeError("index_copy_(): self and source expected to have the same dtype, but got (self) "
+                           f"{type_name(self.dtype)} and (source) {type_name(source.dtype)}")
     n = index.numel()
     if source.dim() == 0 and n != 1:
         raise IndexError(f"index_copy_(): When source is scalar, index should have one element (got {n})")
