@@ -230,6 +230,30 @@ def test_compiled_renorm_lowers_every_node_in_half_types(dtype, monkeypatch):
     torch.testing.assert_close(got.cpu(), torch.renorm(x, 2, 1, 0.5), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.RMSprop])
+def test_compiled_single_tensor_optimizer_step_is_one_graph(opt_cls, monkeypatch):
+    # Dynamo rewrites addcmul_(value=...) into prims.fma, which had no lowering: the
+    # step was split around it (refused under strict mode).
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = nn.Linear(8, 4)
+    model = copy.deepcopy(ref).to("neuron")
+    opt, ref_opt = opt_cls(model.parameters(), foreach=False), opt_cls(ref.parameters(), foreach=False)
+    step = torch.compile(opt.step, backend="neuron")
+    x = torch.randn(2, 8)
+    before = metrics.get("graph_partitions")
+    for _ in range(3):
+        model(x.to("neuron")).sum().backward()
+        step()
+        opt.zero_grad()
+        ref(x).sum().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    assert metrics.get("graph_partitions") == before
+    torch.testing.assert_close(model.weight.cpu(), ref.weight)
+
+
 def test_gpt_example_training_parity():
     from examples.gpt.model import GPT, GPTConfig
 

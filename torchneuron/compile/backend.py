@@ -26,6 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .. import config, metrics
+from ..ops import elementwise
 from ..ops.registry import LOWERINGS
 from . import flex_attention
 from .graph import GraphExecutable, lowerable
@@ -78,6 +79,7 @@ def _is_collective(node: torch.fx.Node) -> bool:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
     """A boxed callable running an AOTAutograd ATen graph on `neuron`."""
+    elementwise.register_inductor_prims()
     unsupported = _unsupported(gm)
     if not unsupported:
         exe = GraphExecutable(gm, name)
@@ -101,7 +103,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
 def _decompositions():
     """PyTorch's core-ATen decompositions, less the ops the lowering table lowers
     natively: DESIGN's resolution order (native lowering first) holds in compiled graphs
-    as in eager, so a compiled op computes what the same eager op computes."""
+    as in eager, so a compiled op computes what the same eager op computes.
+    (In-place overloads need no filtering: functionalization turns them into the
+    functional ones before decompositions apply.)"""
     return {op: fn for op, fn in core_aten_decompositions().items()
             if op not in LOWERINGS or LOWERINGS[op].mutates}
 

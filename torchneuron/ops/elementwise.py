@@ -14,7 +14,7 @@ from jax import lax
 
 from ._common import (_category, cast, check_scalar, convert, cpu_kernel_lacks_half, half_rounding, is_float, is_number,
                       result_type, true_divide)
-from .registry import context, lowering, meta_check
+from .registry import LOWERINGS, context, lowering, meta_check
 
 aten = torch.ops.aten
 
@@ -1005,6 +1005,22 @@ def lerp(self, end, weight):
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     """`aten::_to_copy` in compiled graphs: converts like CPU (`convert`)."""
     return convert(self, _out())
+
+
+def fma(a, b, c):
+    """`prims::fma` (a * b + c) in compiled graphs: Dynamo rewrites `addcmul_(t1, t2,
+    value=v)` (torch.optim's single-tensor Adam, RMSprop, ...) and `add_(x, alpha=tensor)`
+    into it. Computed in the compute type (float32 for half types), rounded once."""
+    out = _out()
+    comp = _compute(out)
+    return (cast(a, comp) * cast(b, comp) + cast(c, comp)).astype(out)
+
+
+def register_inductor_prims() -> None:
+    """Lowers `prims::fma` once torch._inductor has defined it, which Dynamo does before
+    it emits the op (importing it here would add a second to `import torch`)."""
+    if hasattr(torch.ops.prims, "fma") and torch.ops.prims.fma.default not in LOWERINGS:
+        lowering(torch.ops.prims.fma.default, eager=False)(fma)
 
 
 @lowering(torch.ops.prims.convert_element_type.default, eager=False)
