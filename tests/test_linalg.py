@@ -555,3 +555,24 @@ def test_linalg_non_finite_input_like_cpu(name, value, pos, batch):
                 assert torch.equal(e, g), (e, g)
         else:
             torch.testing.assert_close(g, e, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_beta_zero_ignores_a_nan_self(dtype):
+    # ATen ignores self when beta == 0. Eager passes beta to the executable as a value,
+    # where the Python `beta == 0` test of addr and half-type addmv did not see it.
+    nan = float("nan")
+    cases = {
+        "addr": lambda s, d: torch.addr(s(2, 3), torch.ones(2, dtype=dtype, device=d),
+                                        torch.ones(3, dtype=dtype, device=d), beta=0),
+        "addmv": lambda s, d: torch.addmv(s(2), torch.ones(2, 3, dtype=dtype, device=d),
+                                          torch.ones(3, dtype=dtype, device=d), beta=0),
+        "addmm": lambda s, d: torch.addmm(s(2, 2), torch.ones(2, 3, dtype=dtype, device=d),
+                                          torch.ones(3, 2, dtype=dtype, device=d), beta=0),
+        "addbmm": lambda s, d: torch.addbmm(s(2, 2), torch.ones(4, 2, 3, dtype=dtype, device=d),
+                                            torch.ones(4, 3, 2, dtype=dtype, device=d), beta=0),
+    }
+    for name, fn in cases.items():
+        want = fn(lambda *shape: torch.full(shape, nan, dtype=dtype), "cpu")
+        got = fn(lambda *shape: torch.full(shape, nan, dtype=dtype, device="neuron"), "neuron")
+        assert torch.equal(got.cpu(), want), name

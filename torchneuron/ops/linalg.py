@@ -265,7 +265,8 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     product = product * jnp.asarray(alpha, out).astype(product.dtype)
     if isinstance(beta, (int, float)) and beta == 0:
         return product.astype(out)
-    return ((jnp.asarray(beta, out) * self.astype(out)).astype(product.dtype) + product).astype(out)
+    scaled = jnp.where(beta == 0, jnp.zeros((), out), jnp.asarray(beta, out) * self.astype(out))  # a traced beta
+    return (scaled.astype(product.dtype) + product).astype(out)
 
 
 @lowering(aten.dot.default)
@@ -296,7 +297,9 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     outer = jnp.asarray(alpha, out) * v1 * v2
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(outer, context().out().shape)
-    return jnp.asarray(beta, out) * self.astype(out) + outer
+    # beta may arrive traced (eager passes scalars as arguments): zero still ignores self
+    base = jnp.where(beta == 0, jnp.zeros((), out), jnp.asarray(beta, out) * self.astype(out))
+    return base + outer
 
 
 
