@@ -142,7 +142,13 @@ def _addmv_checks(self, mat, vec) -> None:
 
 @meta_check(aten.addmv.default, aten.addmv.out)
 def _addmv_meta_check(self, mat, vec, **_):
+    """CPU's addmv: its Meta function's checks, then its kernel's dtype check (which
+    PyTorch's Meta kernel words with torch dtypes)."""
     _addmv_checks(self, mat, vec)
+    if not self.dtype == mat.dtype == vec.dtype:
+        names = [_scalar(dt.to_jax(t.dtype)) for t in (self, mat, vec)]
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {names[0]}, {names[1]}, and "
+                           f"{names[2]}")
 
 
 @meta_check(aten.mv.default, aten.mv.out)
@@ -279,8 +285,9 @@ def dot(self, tensor):
 
 @lowering(aten.vdot.default)
 def vdot(self, other):
-    """aten::vdot: dot(conj(self), other)."""
-    _reject_bool(self.dtype, "vdot")
+    """aten::vdot: dot(conj(self), other); real inputs go to CPU's dot, whose name its
+    errors carry."""
+    _reject_bool(self.dtype, "dot")
     return _dot(jnp.conj(self), other, ((0,), (0,))).astype(context().out_dtype())
 
 
