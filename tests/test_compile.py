@@ -254,6 +254,30 @@ def test_compiled_single_tensor_optimizer_step_is_one_graph(opt_cls, monkeypatch
     torch.testing.assert_close(model.weight.cpu(), ref.weight)
 
 
+@pytest.mark.parametrize("fn", [torch.linalg.inv, torch.linalg.cholesky, torch.linalg.lu_factor,
+                                lambda a: torch.linalg.solve(a, a[..., :1])], ids=["inv", "cholesky", "lu_factor", "solve"])
+def test_compiled_linalg_checks_lapack_errors_in_the_graph(fn, monkeypatch):
+    # torch.linalg's LAPACK error check is an effectful op (with_effects): graphs were
+    # split around it, and strict mode refused them. It now runs as a check of the
+    # graph, raising CPU's error and message (its batch element too) at the sync.
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    good = torch.randn(3, 3) @ torch.randn(3, 3).T + 3 * torch.eye(3)
+    for x in (good, torch.zeros(3, 3), torch.stack([torch.eye(3), torch.zeros(3, 3)])):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+        try:
+            want = fn(x)
+        except Exception as cpu:  # noqa: BLE001 - CPU's error is the expected outcome
+            with pytest.raises(type(cpu)) as dev:
+                compiled(x.to("neuron"))
+                torch.neuron.synchronize()
+            assert str(dev.value) == str(cpu)
+            continue
+        got = compiled(x.to("neuron"))
+        torch.testing.assert_close([t.cpu() for t in got] if isinstance(got, tuple) else got.cpu(),
+                                   list(want) if isinstance(want, tuple) else want)
+
+
 def test_gpt_example_training_parity():
     from examples.gpt.model import GPT, GPTConfig
 

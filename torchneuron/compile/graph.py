@@ -59,10 +59,27 @@ def _out_specs(val) -> List[Optional[OutSpec]]:
     return specs
 
 
+#: Effectful ops a graph runs inside `with_effects`, and how: the LAPACK error check of
+#: torch.linalg's functions (`_linalg_check_errors(infos, api_name, is_matrix)`).
+_WITH_EFFECTS = torch.ops.higher_order.with_effects
+_EFFECTS = (aten._linalg_check_errors.default,)
+
+
+def _linalg_check(infos, api_name: str, is_matrix: bool):
+    """A host check (see runtime/checks): ATen's own `_linalg_check_errors` on the CPU
+    copy of the infos, raising CPU's LinAlgError and message where one is nonzero."""
+    def raise_if_failed(value):
+        aten._linalg_check_errors(torch.from_numpy(np.array(value)).reshape(infos.shape), api_name,
+                                  is_matrix=is_matrix)
+    return raise_if_failed
+
+
 def lowerable(node: torch.fx.Node) -> bool:
     """Whether a call_function node has a lowering (getitem always does)."""
     if node.target is operator.getitem:
         return True
+    if node.target is _WITH_EFFECTS:
+        return node.args[1] in _EFFECTS
     if node.target in mutation.HOPS:
         return mutation.lowerable(node)
     if node.target in flex_attention.HOPS:
@@ -123,6 +140,14 @@ class GraphExecutable:
                     value = jnp.broadcast_to(jnp.asarray(args[1]).astype(spec.dtype), spec.shape)
                     mutations.append(value)
                     env[node] = value
+                    continue
+                if node.target is _WITH_EFFECTS:  # (token, _linalg_check_errors, infos, api_name, is_matrix)
+                    token, op, *op_args = args
+                    infos, api_name, is_matrix = _schema_args(op, op_args, kwargs)
+                    flags.append(infos)
+                    found.append((None, _linalg_check(infos, api_name, is_matrix)))
+                    # AOTAutograd passes the effect token as None and drops the new one
+                    env[node] = (jnp.zeros((0,), jnp.float32) if token is None else token, None)
                     continue
                 if node.target in flex_attention.HOPS:
                     env[node] = flex_attention.run(node, args, _schema_args, _out_specs, _cast)

@@ -16,8 +16,11 @@ _MAX_PENDING = 256
 _pending: list = []
 
 
-def add(flag, exc_type: type, message: str) -> None:
-    """Records a device-side check: `flag` (a JAX bool scalar) false means `exc_type(message)`."""
+def add(flag, exc_type, message) -> None:
+    """Records a device-side check: `flag` (a JAX bool scalar) false means
+    `exc_type(message)`. With `exc_type` None, `flag` is any JAX array and `message` a
+    callable that gets its host value and raises if the check failed (ATen's own
+    `_linalg_check_errors` reading a compiled graph's LAPACK infos)."""
     _pending.append((flag, exc_type, message))
     if config.SYNC_CHECKS or len(_pending) >= _MAX_PENDING:
         raise_pending()
@@ -32,6 +35,9 @@ def raise_pending() -> None:
     _pending.clear()
     oks = jax.device_get([flag for flag, _, _ in items])
     for ok, (_, exc_type, message) in zip(oks, items):
+        if exc_type is None:
+            message(ok)
+            continue
         if getattr(ok, "ndim", 0):  # (flag, value) of a message naming the offending value
             ok, message = ok[0], message.format(int(ok[1]))
         if not bool(ok):
