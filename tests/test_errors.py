@@ -323,6 +323,26 @@ def test_matrix_product_errors_match_cpu_when_compiled(name):
     assert cpu[1] in str(info.value)
 
 
+# Inputs a lowering cannot trace (JAX raised its TypeError/ValueError) or refuses with
+# an error of its own: the call's CPU run decides the error, type and message.
+TRACE_REFUSALS = {
+    "bitwise_not_float": lambda d: torch.bitwise_not(_O(d, 3)),
+    "left_shift_float": lambda d: torch.bitwise_left_shift(_O(d, 3), _O(d, 3)),
+    "left_shift_bool": lambda d: torch.bitwise_left_shift(_O(d, 3, dtype=torch.bool), _O(d, 3, dtype=torch.bool)),
+    "gcd_float": lambda d: torch.gcd(_O(d, 3), _O(d, 3)),
+    "floor_divide_bool": lambda d: torch.floor_divide(_O(d, 3, dtype=torch.bool), _O(d, 3, dtype=torch.bool)),
+    "group_norm_int": lambda d: torch.native_group_norm(_O(d, 2, 4, 3, dtype=torch.int64), None, None, 2, 4, 3, 2,
+                                                        1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(TRACE_REFUSALS))
+def test_refused_inputs_raise_cpus_error(name):
+    cpu = _raised(TRACE_REFUSALS[name], "cpu")
+    assert cpu[0] is not None, "the case must be an error on CPU"
+    assert _raised(TRACE_REFUSALS[name], "neuron") == cpu
+
+
 @pytest.mark.parametrize("name", list(ARG_ERRORS))
 def test_argument_errors_match_cpu(name):
     cpu = _raised(ARG_ERRORS[name], "cpu")

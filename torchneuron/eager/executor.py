@@ -31,7 +31,7 @@ import torch
 from .. import _extension, metrics, profiler
 from ..ops.registry import Context, Lowering, OutSpec, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
-from . import executable_cache, out_dtypes, out_overlap
+from . import executable_cache, out_dtypes, out_overlap, refusal
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -243,7 +243,11 @@ class OpKernel:
             # Before anything else, out= resizes included: CPU checks first.
             out_overlap.check(self.op, values, self.writes)
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
-            entry = self._compile(key, values, tensors, metas, dyn, device)
+            try:
+                entry = self._compile(key, values, tensors, metas, dyn, device)
+            except Exception:  # noqa: BLE001 - the lowering refused the call: CPU words the error
+                refusal.raise_cpus_error(self.op, values)
+                raise
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile(key, values, tensors, metas, dyn, device)
