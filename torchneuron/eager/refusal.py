@@ -16,7 +16,10 @@ from ..ops.fallback import to_cpu
 
 def raise_cpus_error(op: torch._ops.OpOverload, values) -> None:
     """Runs `op` (an ATen overload) on CPU copies of `values` (its arguments in schema
-    order) and raises the exception CPU raises; returns if CPU accepts the call."""
+    order) and raises the exception CPU raises; returns if CPU accepts the call, or if
+    `op` is not ATen's (custom kernels have no CPU oracle)."""
+    if op.namespace != "aten":
+        return
     args, kwargs = [], {}
     for argument, value in zip(op._schema.arguments, values):
         if argument.kwarg_only:
