@@ -343,6 +343,28 @@ def test_refused_inputs_raise_cpus_error(name):
     assert _raised(TRACE_REFUSALS[name], "neuron") == cpu
 
 
+def test_cpus_error_probe_has_no_side_effects():
+    # The probe runs the call on CPU copies: a CPU tensor the call writes keeps its value
+    # and CPU's random state is untouched, while the device error is still raised.
+    n, c = torch.full((), 3., device="neuron"), torch.tensor(1.)
+    state = torch.get_rng_state()
+    for call in (lambda: torch.add(n, n, out=c), lambda: c.add_(n),
+                 lambda: torch.normal(torch.zeros((), device="neuron"), 1., out=c)):
+        with pytest.raises(RuntimeError, match="same device"):
+            call()
+        assert c.item() == 1.
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_cpus_error_probe_covers_generators_and_resized_outs():
+    fn = torch.ones(3, device="neuron")
+    generator = torch.Generator(device="neuron")
+    with pytest.raises(NotImplementedError, match="normal_kernel_cpu"):
+        torch.ones(3, device="neuron", dtype=torch.int64).normal_(generator=generator)
+    with pytest.raises(NotImplementedError, match="gcd_cpu"):  # out= resized, then traced
+        torch.gcd(fn, fn, out=torch.zeros(0, device="neuron"))
+
+
 @pytest.mark.parametrize("name", list(ARG_ERRORS))
 def test_argument_errors_match_cpu(name):
     cpu = _raised(ARG_ERRORS[name], "cpu")

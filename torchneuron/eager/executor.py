@@ -243,14 +243,10 @@ class OpKernel:
             # Before anything else, out= resizes included: CPU checks first.
             out_overlap.check(self.op, values, self.writes)
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
-            try:
-                entry = self._compile(key, values, tensors, metas, dyn, device)
-            except Exception:  # noqa: BLE001 - the lowering refused the call: CPU words the error
-                refusal.raise_cpus_error(self.op, values)
-                raise
+            entry = self._compile_or_cpus_error(key, values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
-                entry = self.cache.get(key) or self._compile(key, values, tensors, metas, dyn, device)
+                entry = self.cache.get(key) or self._compile_or_cpus_error(key, values, tensors, metas, dyn, device)
             current = self.cache.get(key)
             if current is None:
                 executable_cache.admit(self.cache, key, entry)
@@ -262,6 +258,15 @@ class OpKernel:
         metrics.count("eager_executables_compiled")
         metrics.add_time("eager_compile_seconds", time.perf_counter() - start)
         return result
+
+    def _compile_or_cpus_error(self, key, values, tensors, metas, dyn, device):
+        """`_compile`; where the lowering refuses the call, the error CPU raises for it
+        (eager/refusal.py), or the lowering's own where CPU accepts the call."""
+        try:
+            return self._compile(key, values, tensors, metas, dyn, device)
+        except Exception:  # noqa: BLE001 - the lowering refused the call: CPU words the error
+            refusal.raise_cpus_error(self.op, values)
+            raise
 
     def _signature(self, values):
         """(cache key, [tensors], [their shim metadata], [dynamic values], device index).

@@ -1009,8 +1009,11 @@ def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blo
 
 def fma(a, b, c):
     """`prims::fma` (a * b + c) in compiled graphs: Dynamo rewrites `addcmul_(t1, t2,
-    value=v)` (torch.optim's single-tensor Adam, RMSprop, ...) and `add_(x, alpha=tensor)`
-    into it. Computed in the compute type (float32 for half types), rounded once."""
+    value=v)` (torch.optim's single-tensor Adam, RMSprop, ...) into `fma(t1 * t2, v, self)`
+    and `add_(x, alpha=tensor)` into `fma(x, alpha, self)`. Computed in the compute type
+    (float32 for half types), rounded once; the product Dynamo feeds it is an `aten.mul`
+    already rounded to a half type, so a compiled half-type `addcmul_` rounds twice where
+    the eager op rounds once (an ulp apart in some elements)."""
     out = _out()
     comp = _compute(out)
     return (cast(a, comp) * cast(b, comp) + cast(c, comp)).astype(out)
