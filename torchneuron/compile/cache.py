@@ -4,10 +4,10 @@ Entries live in ``$TORCHNEURON_CACHE_DIR/executables/<key>.bin``; the key hashes
 StableHLO text and the argument types with the JAX version and the device kind, so any
 change of program, compiler or device misses. (The text alone would not do: `jax.jit`
 leaves unused arguments out of it, so graphs that differ only in an unused input's
-dtype lower to the same text, and the executable refuses the other dtype.) Each entry carries a SHA-256 of its payload: a truncated or
-corrupt entry is detected, logged, recompiled and rewritten, never a crash. Entries are
-written to a temporary file and renamed into place, so processes sharing the
-directory never see a partial entry.
+dtype lower to the same text, and the executable refuses the other dtype.) Each entry
+carries a SHA-256 of its payload: a truncated or corrupt entry is detected, logged,
+recompiled and rewritten, never a crash. Entries are written to a temporary file and
+renamed into place, so processes sharing the directory never see a partial entry.
 """
 from __future__ import annotations
 

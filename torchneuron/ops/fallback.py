@@ -40,12 +40,11 @@ def reset() -> None:
     _decomposed.clear()
 
 
-def to_cpu(v):
-    """`v` with its `neuron` tensors (also inside lists) copied to the CPU."""
+def _to_cpu(v):
     if isinstance(v, torch.Tensor) and v.device.type == "neuron":
         return v.cpu()
     if isinstance(v, (list, tuple)):
-        return type(v)(to_cpu(x) for x in v)
+        return type(v)(_to_cpu(x) for x in v)
     if isinstance(v, torch.device) and v.type == "neuron":
         return torch.device("cpu")
     return v
@@ -218,8 +217,8 @@ def cpu_fallback(op: torch._ops.OpOverload, *args, **kwargs):
         warnings.warn(f"torchneuron: {name} runs through the CPU fallback (no lowering on neuron yet)",
                       stacklevel=2)
     device = _device_of(args, kwargs)
-    cargs = to_cpu(args)
-    ckwargs = {k: to_cpu(v) for k, v in kwargs.items()}
+    cargs = _to_cpu(args)
+    ckwargs = {k: _to_cpu(v) for k, v in kwargs.items()}
     out = op(*cargs, **ckwargs)
     schema = op._schema
     # Write mutated arguments back and map aliased returns to the original tensors.

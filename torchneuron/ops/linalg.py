@@ -189,10 +189,16 @@ def _scaled_sum(self, product, beta, alpha):
         product = product * jnp.asarray(alpha, acc)
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(product, context().out().shape).astype(out)
-    base = self.astype(acc)
-    if not (isinstance(beta, (int, float)) and beta == 1):
-        base = jnp.where(beta == 0, jnp.zeros((), acc), base * jnp.asarray(beta, acc))
-    return (base + product).astype(out)
+    return (_beta_self(self, beta, acc) + product).astype(out)
+
+
+def _beta_self(self, beta, dtype):
+    """beta * self in `dtype`, zero where beta == 0 (ATen then ignores self, NaN and inf
+    included), also for a beta eager passes to the executable as a traced value."""
+    base = self.astype(dtype)
+    if isinstance(beta, (int, float)) and beta == 1:
+        return base
+    return jnp.where(beta == 0, jnp.zeros((), dtype), base * jnp.asarray(beta, dtype))
 
 
 @lowering(aten.mm.default)
@@ -271,8 +277,7 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     product = product * jnp.asarray(alpha, out).astype(product.dtype)
     if isinstance(beta, (int, float)) and beta == 0:
         return product.astype(out)
-    scaled = jnp.where(beta == 0, jnp.zeros((), out), jnp.asarray(beta, out) * self.astype(out))  # a traced beta
-    return (scaled.astype(product.dtype) + product).astype(out)
+    return (_beta_self(self, beta, out).astype(product.dtype) + product).astype(out)
 
 
 @lowering(aten.dot.default)
@@ -304,9 +309,7 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     outer = jnp.asarray(alpha, out) * v1 * v2
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(outer, context().out().shape)
-    # beta may arrive traced (eager passes scalars as arguments): zero still ignores self
-    base = jnp.where(beta == 0, jnp.zeros((), out), jnp.asarray(beta, out) * self.astype(out))
-    return base + outer
+    return _beta_self(self, beta, out) + outer
 
 
 
