@@ -1,6 +1,8 @@
 """Bad input on `neuron` raises what CPU (or, for device questions, CUDA) raises:
 shape and dtype errors, tensors of two devices in one op, invalid device indices,
 and in-place writes whose memory overlaps."""
+import warnings
+
 import pytest
 import torch
 
@@ -315,9 +317,13 @@ def test_matrix_product_errors_match_cpu(name):
 @pytest.mark.parametrize("name", ["mm_inner", "addmm_self_3d", "addmv_self_2d", "dot_sizes"])
 def test_matrix_product_errors_match_cpu_when_compiled(name):
     """Fake tensors consult the same checks, so torch.compile raises CPU's error too."""
+    _assert_compiled_raises_cpus_message(MATRIX_PRODUCT_ERRORS[name])
+
+
+def _assert_compiled_raises_cpus_message(fn):
     torch._dynamo.reset()
-    compiled = torch.compile(MATRIX_PRODUCT_ERRORS[name], backend="neuron", fullgraph=True)
-    cpu = _raised(MATRIX_PRODUCT_ERRORS[name], "cpu")
+    compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+    cpu = _raised(fn, "cpu")
     with pytest.raises(Exception) as info:
         compiled("neuron")
     assert cpu[1] in str(info.value)
@@ -363,6 +369,86 @@ def test_cpus_error_probe_covers_generators_and_resized_outs():
         torch.ones(3, device="neuron", dtype=torch.int64).normal_(generator=generator)
     with pytest.raises(NotImplementedError, match="gcd_cpu"):  # out= resized, then traced
         torch.gcd(fn, fn, out=torch.zeros(0, device="neuron"))
+
+
+_L, _B, _C = torch.int64, torch.bool, torch.complex64
+F = torch.nn.functional
+
+# Dtypes CPU's kernel does not implement (its AT_DISPATCH list, or a check of its own),
+# which a lowering, a decomposition or a host kernel would compute: CPU's error, type and
+# message, through each path a call can take.
+DTYPE_REFUSALS = {
+    # lowered ops, asked on one-element stand-ins
+    "lerp_int": lambda d: torch.lerp(_O(d, 3, dtype=_L), _O(d, 3, dtype=_L), 0.5),
+    "gelu_int": lambda d: F.gelu(_O(d, 3, dtype=_L)),
+    "relu_bool": lambda d: torch.relu(_O(d, 3, dtype=_B)),
+    "softplus_complex": lambda d: F.softplus(_O(d, 3, dtype=_C)),
+    "clamp_complex": lambda d: torch.clamp(_O(d, 3, dtype=_C), _O(d, 3, dtype=_C)),
+    "sign_complex": lambda d: torch.sign(_O(d, 3, dtype=_C)),
+    "huber_loss_int": lambda d: F.huber_loss(_O(d, 3, dtype=_L), _O(d, 3, dtype=_L)),
+    "lerp_int_out": lambda d: torch.lerp(_O(d, 3, dtype=_L), _O(d, 3, dtype=_L), 0.5, out=_O(d, 3, dtype=_L)),
+    # stand-ins of the real shapes where one element per dim does not fit (k, channels, kernel)
+    "kthvalue_complex": lambda d: torch.kthvalue(_O(d, 3, dtype=_C), 2),
+    "avg_pool1d_int8": lambda d: F.avg_pool1d(_O(d, 1, 2, 4, dtype=torch.int8), 2),
+    "group_norm_complex": lambda d: F.group_norm(_O(d, 2, 4, 3, dtype=_C), 2),
+    # decomposed ops and host kernels
+    "glu_bool": lambda d: F.glu(_O(d, 4, dtype=_B)),
+    "logaddexp_uint8": lambda d: torch.logaddexp(_O(d, 3, dtype=torch.uint8), _O(d, 3, dtype=torch.uint8)),
+    "replication_pad_bool": lambda d: F.pad(_O(d, 1, 2, 3, dtype=_B), (1, 1), mode="replicate"),
+    "unique_complex": lambda d: torch.unique(_O(d, 3, dtype=_C)),
+    # checks a kernel makes itself, in the lowering
+    "maximum_complex": lambda d: torch.maximum(_O(d, 3, dtype=_C), _O(d, 3, dtype=_C)),
+    "fmin_complex": lambda d: torch.fmin(_O(d, 3, dtype=_C), _O(d, 3, dtype=_C)),
+    "sort_complex": lambda d: torch.sort(_O(d, 3, dtype=_C)),
+    "normal_complex_std": lambda d: torch.normal(_O(d, 3, dtype=_C), _O(d, 3, dtype=_C)),
+    "topk_complex": lambda d: torch.topk(_O(d, 3, dtype=_C), 1),
+    "addcdiv_int": lambda d: torch.addcdiv(_O(d, 3, dtype=_L), _O(d, 3, dtype=_L), _O(d, 3, dtype=_L)),
+    "arange_complex": lambda d: torch.arange(0, 3, 1, dtype=_C, device=d),
+    "randperm_bool": lambda d: torch.randperm(3, dtype=_B, device=d),
+    "sdpa_int": lambda d: F.scaled_dot_product_attention(*[_O(d, 1, 2, 3, 4, dtype=torch.int32)] * 3),
+    "sdpa_complex": lambda d: F.scaled_dot_product_attention(*[_O(d, 1, 2, 3, 4, dtype=_C)] * 3),
+    "flash_for_cpu_complex": lambda d: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        *[_O(d, 1, 2, 3, 4, dtype=_C)] * 3),
+}
+
+
+@pytest.mark.parametrize("name", list(DTYPE_REFUSALS))
+def test_dtypes_cpu_does_not_implement_raise_cpus_error(name):
+    cpu = _raised(DTYPE_REFUSALS[name], "cpu")
+    assert cpu[0] is not None, "the case must be an error on CPU"
+    assert _raised(DTYPE_REFUSALS[name], "neuron") == cpu
+
+
+@pytest.mark.parametrize("name", ["lerp_int", "relu_bool", "softplus_complex", "glu_bool", "maximum_complex"])
+def test_dtypes_cpu_does_not_implement_raise_cpus_error_when_compiled(name):
+    """Compiled graphs ask CPU's kernel of each node, and of each op before PyTorch's
+    decomposition of it replaces it (glu)."""
+    _assert_compiled_raises_cpus_message(DTYPE_REFUSALS[name])
+
+
+def test_dtype_probe_takes_what_cpu_takes():
+    """The probe refuses no dtype CPU's kernel implements: stub kernels that refuse every
+    input (the attention kernel PyTorch leaves to PrivateUse1 backends) and ops that
+    fail on the stand-ins' values (integer division by zero) are told apart."""
+    q = torch.randn(1, 2, 3, 4)
+    for dtype in (torch.float32, torch.bfloat16):
+        got = F.scaled_dot_product_attention(*[q.to("neuron", dtype)] * 3)
+        torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(*[q.to(dtype)] * 3))
+    a = torch.tensor([7, -7, 9])
+    assert torch.equal(torch.remainder(a.to("neuron"), 2).cpu(), torch.remainder(a, 2))
+    assert torch.equal(torch.lcm(a.to("neuron"), a.to("neuron") + 1).cpu(), torch.lcm(a, a + 1))
+
+
+def test_dtype_probe_has_no_side_effects():
+    # The probe runs random kernels on stand-ins: CPU's random state and the user's
+    # warnings filters see nothing of it.
+    state = torch.get_rng_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.bernoulli(torch.full((5,), 0.5, device="neuron", dtype=torch.float64))
+        with pytest.raises(NotImplementedError):
+            torch.ones(3, device="neuron", dtype=torch.int16).normal_()
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 @pytest.mark.parametrize("name", list(ARG_ERRORS))

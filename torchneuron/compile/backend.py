@@ -26,6 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .. import config, metrics
+from ..eager import refusal
 from ..ops import elementwise
 from ..ops.registry import LOWERINGS
 from . import flex_attention
@@ -105,8 +106,10 @@ def _decompositions():
     natively: DESIGN's resolution order (native lowering first) holds in compiled graphs
     as in eager, so a compiled op computes what the same eager op computes.
     (In-place overloads need no filtering: functionalization turns them into the
-    functional ones before decompositions apply.)"""
-    return {op: fn for op, fn in core_aten_decompositions().items()
+    functional ones before decompositions apply.) Each first raises CPU's error for
+    dtypes CPU's kernel of the op does not implement: the ops it decomposes into may
+    take them (glu of bool)."""
+    return {op: refusal.checking_dtypes(op, fn, refusal.check_graph_dtypes) for op, fn in core_aten_decompositions().items()
             if op not in LOWERINGS or LOWERINGS[op].mutates}
 
 

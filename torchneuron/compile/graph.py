@@ -25,7 +25,7 @@ import torch
 import torch.fx
 
 from .. import config, metrics, profiler
-from ..eager import executor
+from ..eager import executor, refusal
 from ..ops.registry import LOWERINGS, Context, OutSpec, tracing
 from ..runtime import checks, dtypes, pjrt, storage, transfer, views
 from . import cache, flex_attention, mutation
@@ -105,6 +105,11 @@ class GraphExecutable:
         for n in self.nodes:
             if n.op == "call_function" and n.target is aten.copy_.default:
                 self.mutated.append(self.placeholders.index(n.args[0]))
+        for n in self.nodes:
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                # A lowering computes in any dtype; CPU's kernel decides which it takes.
+                vals = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
+                refusal.check_graph_dtypes(n.target, _schema_args(n.target, *vals))
         out_node = next(n for n in self.nodes if n.op == "output")
         self.out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
         self._execs: Dict[tuple, Any] = {}

@@ -638,8 +638,10 @@ static int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, 
                                 std::optional<double> scale, bool enable_gqa) {
   // Other shapes (a query batch broadcast against keys, head counts that only fail)
   // take the math path, which computes or rejects them as CPU does.
+  // So do dtypes the kernel does not take (integers, complex): the math path raises
+  // CPU's errors for them.
   bool rank_ok = query.dim() == 3 || query.dim() == 4;
-  if (!rank_ok) return static_cast<int64_t>(at::SDPBackend::math);
+  if (!rank_ok || !at::isFloatingType(query.scalar_type())) return static_cast<int64_t>(at::SDPBackend::math);
   bool batch_ok = key.size(0) == value.size(0) && (key.size(0) == query.size(0) || key.size(0) == 1);
   int64_t hq = query.size(-3), hk = key.size(-3);
   bool heads_ok = query.dim() == 3 ||

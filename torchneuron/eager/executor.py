@@ -242,6 +242,7 @@ class OpKernel:
         if self.probes_overlap:
             # Before anything else, out= resizes included: CPU checks first.
             out_overlap.check(self.op, values, self.writes)
+        refusal.check_dtypes(self.op, values)
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
             entry = self._compile_or_cpus_error(key, values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed

@@ -1,17 +1,45 @@
-"""CPU's error for a call whose lowering refused its arguments while tracing.
+"""CPU's errors for calls CPU refuses and a lowering would not.
 
-A lowering that meets an input it does not handle (bitwise_not of a float tensor, a
-shift of a bool one) fails inside JAX with JAX's exception and words (TypeError,
-ValueError), or raises an error of its own that may not be the one CPU's kernel raises
-first. CPU PyTorch is the oracle for which inputs raise and how: on that failure path
-only, the call runs on CPU copies of its arguments, and where CPU refuses it too, CPU's
-exception is raised in place of the lowering's. The probe has no side effects: every
-tensor is copied (CPU ones too, so a written `out=` or in-place CPU argument is left
-alone), generators are left out and CPU's random state is restored.
+Two paths ask CPU PyTorch, the oracle for which inputs raise and how:
+
+- `raise_cpus_error`: a lowering that meets an input it does not handle (bitwise_not of
+  a float tensor, a shift of a bool one) fails inside JAX with JAX's exception and words
+  (TypeError, ValueError), or raises an error of its own that may not be the one CPU's
+  kernel raises first. On that failure path only, the call runs on CPU copies of its
+  arguments, and where CPU refuses it too, CPU's exception is raised in place of the
+  lowering's.
+- `check_dtypes`: a lowering is written once for every dtype JAX has, while CPU's kernel
+  implements a list (`AT_DISPATCH_*`), and raises NotImplementedError ("\"lerp_kernel\"
+  not implemented for 'Long'") for the rest: lerp of integers, gelu of them, the
+  complex overloads of most activations and losses; a few kernels word it their own way
+  ("Boolean inputs not supported for relu"), with the same type. No table of these lists
+  exists outside the kernels, so the kernel is asked, once per op and signature, on
+  stand-ins whose elements read one stored value; where it raises NotImplementedError,
+  the call itself runs on CPU copies (stand-ins can take a path real values do not) and
+  CPU's error is raised.
+
+The probes have no side effects: every tensor is copied or stood in for (CPU ones too,
+so a written `out=` or in-place CPU argument is left alone), generators are left out,
+CPU's random state is restored and warnings are not shown.
 """
 from __future__ import annotations
 
+import functools
+import warnings
+from typing import Dict
+
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .. import _extension
+
+# Largest total output (elements) a stand-in probe may make: an argument such as a size
+# list or `num_classes` can ask for any amount of memory, stand-ins or not.
+_OUTPUT_LIMIT = 1 << 16
+
+# (op, argument signature) -> whether CPU's kernel refused the stand-ins' dtypes
+_refuses: Dict[tuple, bool] = {}
 
 
 def _copy(value):
@@ -26,20 +54,188 @@ def _copy(value):
     return value
 
 
+def _call(op, values, convert):
+    """Runs `op` on `convert`ed `values` (schema order) without side effects."""
+    # Outside any dispatch mode: a compiled graph's fake tensor mode would make the CPU
+    # stand-ins fake too.
+    with _disable_current_modes(), unset_fake_temporarily(), warnings.catch_warnings(), \
+            torch.random.fork_rng(devices=[]), torch.no_grad():
+        warnings.simplefilter("ignore")
+        args, kwargs = [], {}
+        for argument, value in zip(op._schema.arguments, values):
+            if argument.kwarg_only:
+                kwargs[argument.name] = convert(value)
+            else:
+                args.append(convert(value))
+        # ATen's warnings bypass Python's filters (see the shim's without_warnings).
+        return _extension.load().without_warnings(lambda: op(*args, **kwargs))
+
+
 def raise_cpus_error(op: torch._ops.OpOverload, values) -> None:
     """Runs `op` (an ATen overload) on CPU copies of `values` (its arguments in schema
     order) and raises the exception CPU raises; returns if CPU accepts the call, or if
     `op` is not ATen's (custom kernels have no CPU oracle)."""
     if op.namespace != "aten":
         return
-    args, kwargs = [], {}
-    for argument, value in zip(op._schema.arguments, values):
-        if argument.kwarg_only:
-            kwargs[argument.name] = _copy(value)
-        else:
-            args.append(_copy(value))
-    with torch.random.fork_rng(devices=[]):
+    try:
+        _call(op, values, _copy)
+    except Exception as cpu:  # noqa: BLE001 - whatever CPU raises is the error to raise
+        raise cpu from None
+
+
+def _tiny(shape) -> tuple:
+    # Sizes of 1 broadcast as the real ones do; empty dims stay empty (a kernel may
+    # return before dispatching on the dtype).
+    return tuple(min(int(d), 1) for d in shape)
+
+
+def _standin(value, device: str, shrink: bool, dtype=None):
+    """A tensor of `value`'s dtype (or `dtype`), of its shape (`shrink`: at most one
+    element per dim) on `device`, whose elements read one stored value; lists
+    element-wise; generators become None (the default one); anything else is kept."""
+    if isinstance(value, torch.Tensor):
+        dtype = dtype or value.dtype
+        # Floating values of 1 keep linear algebra well defined (a 1x1 matrix of 1 is
+        # positive-definite); integer ones of 0 are valid indices into any dim.
+        fill = 1 if dtype.is_floating_point or dtype.is_complex else 0
+        stored = torch.full((), fill, dtype=dtype, device=device)
+        return stored.expand(_tiny(value.shape) if shrink else value.shape)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_standin(v, device, shrink, dtype) for v in value)
+    if isinstance(value, torch.Generator):
+        return None
+    if isinstance(value, torch.device):
+        return torch.device(device)
+    return value
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, _tiny(value.shape))
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(v) for v in value)
+    if isinstance(value, torch.Generator):
+        return None
+    if isinstance(value, (bool, int, float, complex)):
+        return (type(value), value)
+    return value if isinstance(value, (str, torch.dtype, torch.layout, torch.memory_format)) else repr(value)
+
+
+def _has_tensor(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_has_tensor(v) for v in value)
+    return isinstance(value, torch.Tensor)
+
+
+def _has_dtype(value, dtype) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_has_dtype(v, dtype) for v in value)
+    return isinstance(value, torch.Tensor) and value.dtype == dtype
+
+
+def _has_symbol(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_has_symbol(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in value.shape)
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _elements(result) -> int:
+    if isinstance(result, torch.Tensor):
+        return result.numel()
+    if isinstance(result, (list, tuple)):
+        return sum(_elements(r) for r in result)
+    return 0
+
+
+def _refused_by_standins(op, values) -> bool:
+    """Whether CPU's kernel refuses the dtypes of `values` on stand-ins: of at most one
+    element per dim, or, where those do not fit the call's other arguments (a kernel
+    size, `k`, a channel count), of the real shapes when the call is small. The meta
+    kernel bounds the output first; where it refuses the call itself (no meta kernel,
+    or one that words CPU's dtype refusal its own way), only the one-element stand-ins
+    are asked."""
+    for shrink in (True, False):
         try:
-            op(*args, **kwargs)
+            size = _elements(_call(op, values, lambda v: _standin(v, "meta", shrink)))
+        except Exception:  # noqa: BLE001 - the meta kernel refuses the call
+            if not shrink:
+                return False
+            size = 0
+        if size > _OUTPUT_LIMIT:
+            return False
+        refusal = _outcome(op, values, shrink, None)
+        if refusal is None:
+            return False
+        if refusal[0] is NotImplementedError:
+            # A dtype refusal unless stand-ins of another floating dtype meet the very
+            # same error: the dispatcher's "Could not run" for an op with no CPU
+            # kernel, a stub's.
+            other = torch.float64 if _has_dtype(values, torch.float32) else torch.float32
+            return _outcome(op, values, shrink, other) != refusal
+        # any other error: the stand-ins do not fit; try the real shapes
+    return False
+
+
+def _outcome(op, values, shrink: bool, dtype):
+    """None if CPU's kernel accepts stand-ins (of dtype `dtype`, when given, for every
+    tensor), else (type, message) of its error."""
+    try:
+        _call(op, values, lambda v: _standin(v, "cpu", shrink, dtype))
+    except Exception as exc:  # noqa: BLE001 - CPU's error is the outcome
+        return type(exc), str(exc)
+    return None
+
+
+def refuses_dtypes(op: torch._ops.OpOverload, values) -> bool:
+    """Whether CPU's kernel of `op` (ATen overloads only) does not implement the dtypes
+    of `values` (its arguments in schema order; tensors may be on any device, fake or
+    meta), asked once per op and signature: tensors' dtypes, which dims are empty, the
+    kinds and values of all other arguments. Calls whose tensors have symbolic sizes,
+    and calls with no tensor argument (factories), are not asked."""
+    if op.namespace != "aten" or not _has_tensor(values) or _has_symbol(values):
+        return False
+    key = (op,) + tuple(_signature(v) for v in values)
+    refused = _refuses.get(key)
+    if refused is None:
+        refused = _refuses[key] = _refused_by_standins(op, values)
+    return refused
+
+
+def schema_values(op: torch._ops.OpOverload, args, kwargs) -> list:
+    """A call's argument values in `op`'s schema order, defaults filled in."""
+    return [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
+            for i, a in enumerate(op._schema.arguments)]
+
+
+def checking_dtypes(op: torch._ops.OpOverload, kernel, check=None):
+    """`kernel`, computing `op` from other ops (which take any dtype), preceded by
+    `check` (`check_dtypes`; `check_graph_dtypes` for a decomposition applied while
+    tracing a compiled graph)."""
+    check = check or check_dtypes
+
+    @functools.wraps(kernel)
+    def checked(*args, **kwargs):
+        check(op, schema_values(op, args, kwargs))
+        return kernel(*args, **kwargs)
+
+    return checked
+
+
+def check_dtypes(op: torch._ops.OpOverload, values) -> None:
+    """Raises CPU's error (type and message) for a call of `op` on `values` (schema
+    order, real tensors) whose dtypes CPU's kernel does not implement (see
+    `refuses_dtypes`); returns where CPU accepts the call."""
+    if refuses_dtypes(op, values):
+        raise_cpus_error(op, values)
+
+
+def check_graph_dtypes(op: torch._ops.OpOverload, values) -> None:
+    """`check_dtypes` for a call of a compiled graph, known by its tensors' metadata
+    (fake tensors) only: CPU's error comes from a run on stand-ins of the real shapes."""
+    if refuses_dtypes(op, values):
+        try:
+            _call(op, values, lambda v: _standin(v, "cpu", False))
         except Exception as cpu:  # noqa: BLE001 - whatever CPU raises is the error to raise
             raise cpu from None

@@ -267,6 +267,21 @@ def true_divide(a, b):
 
 
 _HALF_TYPES = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+# c10's ScalarType names, as ATen's dtype errors word them.
+_SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+                      "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                      "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def scalar_type_name(dtype) -> str:
+    """c10's name of a JAX dtype ('Long' for int64)."""
+    name = jnp.dtype(dtype).name
+    return _SCALAR_TYPE_NAMES.get(name, name)
+
+
+def not_implemented_for(kernel: str, dtype) -> NotImplementedError:
+    """CPU's refusal of `dtype` by the AT_DISPATCH of `kernel` (the name it gives)."""
+    return NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')
 
 
 def cpu_kernel_lacks_half(kernel: str):
@@ -282,8 +297,7 @@ def cpu_kernel_lacks_half(kernel: str):
         def lower(*args, **kwargs):
             dtype = jnp.dtype(context().out().dtype)
             if dtype in _HALF_TYPES:
-                name = "Half" if dtype == jnp.float16 else "BFloat16"
-                raise NotImplementedError(f'"{kernel}" not implemented for \'{name}\'')
+                raise not_implemented_for(kernel, dtype)
             return fn(*args, **kwargs)
         return lower
 

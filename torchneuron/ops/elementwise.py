@@ -367,10 +367,12 @@ def frexp(self):
     return mantissa, exponent.astype(jnp.int32)
 
 
-def _extremum(fn, propagate_nan: bool):
+def _extremum(name: str, fn, propagate_nan: bool):
     def lower(self, other):
         out = _out()
         c = _compute(out)
+        if jnp.issubdtype(c, jnp.complexfloating):
+            raise RuntimeError(f"{name} not implemented for complex tensors.")  # CPU's words
         a, b = cast(self, c), cast(other, c)
         r = fn(a, b)
         if is_float(c):
@@ -383,10 +385,10 @@ def _extremum(fn, propagate_nan: bool):
     return lower
 
 
-lowering(aten.maximum.default)(_extremum(jnp.maximum, True))
-lowering(aten.minimum.default)(_extremum(jnp.minimum, True))
-lowering(aten.fmax.default)(_extremum(jnp.maximum, False))
-lowering(aten.fmin.default)(_extremum(jnp.minimum, False))
+lowering(aten.maximum.default)(_extremum("maximum", jnp.maximum, True))
+lowering(aten.minimum.default)(_extremum("minimum", jnp.minimum, True))
+lowering(aten.fmax.default)(_extremum("fmax", jnp.maximum, False))
+lowering(aten.fmin.default)(_extremum("fmin", jnp.minimum, False))
 
 
 # ------------------------------------------------------------------ comparisons
@@ -982,11 +984,21 @@ def addcmul(self, tensor1, tensor2, value=1):
     return (cast(self, c) + _alpha(cast(tensor1, c) * cast(tensor2, c), value)).astype(out)
 
 
+_ADDCDIV_INTEGER = (
+    "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a "
+    "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as "
+    "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+    "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter "
+    "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+
+
 @lowering(aten.addcdiv.default)
 def addcdiv(self, tensor1, tensor2, value=1):
     """`aten::addcdiv`: self + value * t1 / t2 (`value` checked as in addcmul)."""
     out = _out()
     c = _compute(out)
+    if not jnp.issubdtype(jnp.result_type(tensor1, tensor2), jnp.inexact):
+        raise RuntimeError(_ADDCDIV_INTEGER)
     check_scalar(value, c)
     return (cast(self, c) + _alpha(cast(tensor1, c) / cast(tensor2, c), value)).astype(out)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import check_scalar, convert
+from ._common import check_scalar, convert, not_implemented_for
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -50,8 +50,8 @@ def arange(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=
     results can differ from ATen's fused multiply-add by one ulp.)"""
     out = context().out()
     dt = jnp.dtype(out.dtype)
-    if dt == jnp.bool_:
-        raise NotImplementedError('"arange_cpu" not implemented for \'Bool\'')
+    if dt == jnp.bool_ or jnp.issubdtype(dt, jnp.complexfloating):
+        raise not_implemented_for("arange_cpu", dt)
     n = out.shape[0]
     acc = _arange_acc(dt)
     if not jnp.issubdtype(acc, jnp.floating):

@@ -17,6 +17,7 @@ from torch._decomp import decomposition_table
 from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
 from .. import config, profiler
+from ..eager import refusal
 
 _counts: collections.Counter = collections.Counter()
 _decomposed: collections.Counter = collections.Counter()
@@ -117,8 +118,7 @@ def _via_functional(op, args, kwargs):
     # CPU's kernel decides whether out tensors of other dtypes are refused (its error,
     # raised here, before anything is computed, as CPU raises it) or written with a cast.
     # The functional overload's meta kernel gives the results' dtypes, else the results do.
-    values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
-              for i, a in enumerate(op._schema.arguments)]
+    values = refusal.schema_values(op, args, kwargs)
     metas = _meta_results(func, args, fkwargs)
     probed = out_dtypes.check(op, values, metas) if metas is not None else None
     result = compute()
@@ -155,7 +155,9 @@ def _meta_results(func, args, kwargs):
 
 def _decompose(op, decomp, args, kwargs):
     """Runs `op`'s decomposition (marking `op` active on this thread) and counts it;
-    NotImplemented if the decomposition declines."""
+    NotImplemented if the decomposition declines. Dtypes CPU's kernel does not
+    implement raise CPU's error first: a decomposition computes in any dtype."""
+    refusal.check_dtypes(op, refusal.schema_values(op, args, kwargs))
     active = _active()
     active.add(op)
     try:
@@ -175,10 +177,7 @@ def _check_overlap(op, written, args, kwargs):
     eager/out_overlap.py): neither a decomposition nor the CPU copies would see it."""
     from ..eager import out_overlap
 
-    schema = op._schema.arguments
-    values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
-              for i, a in enumerate(schema)]
-    out_overlap.check(op, values, written)
+    out_overlap.check(op, refusal.schema_values(op, args, kwargs), written)
 
 
 def run(op: torch._ops.OpOverload, *args, **kwargs):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ..eager import host_kernels
+from ..eager import host_kernels, refusal
 from ..runtime import dtypes
 from ._common import acc_type, cast, check_scalar, is_float, is_number
 from .registry import LOWERINGS, context, lowering, meta_check
@@ -38,7 +38,8 @@ def host_kernel(op):
     a lowering of the same op (for ops that must synchronize with the host)."""
 
     def register(fn):
-        host_kernels.KERNELS[op] = fn
+        # Written for every dtype, like a lowering: CPU's kernel decides which it takes.
+        host_kernels.KERNELS[op] = refusal.checking_dtypes(op, fn)
         return fn
 
     return register

@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ..runtime import dtypes as dt
-from ._common import acc_type
+from ._common import acc_type, scalar_type_name
 from .indexing import host_kernel, lowered
 from .registry import context, lowering, meta_check, meta_impl
 
@@ -39,19 +39,11 @@ _CPP_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "
               "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
               "uint8": "unsigned char", "bool": "bool", "complex64": "c10::complex<float>",
               "complex128": "c10::complex<double>"}
-_SCALAR_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-                 "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-                 "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
 
 
 def _cpp(dtype) -> str:
     name = jnp.dtype(dtype).name
     return _CPP_NAMES.get(name, name)
-
-
-def _scalar(dtype) -> str:
-    name = jnp.dtype(dtype).name
-    return _SCALAR_NAMES.get(name, name)
 
 
 def _check_mm_dtypes(m1, m2) -> None:
@@ -64,11 +56,11 @@ def _check_mm_dtypes(m1, m2) -> None:
 def _check_addmm_dtypes(self_dtype, mat1_dtype, mat2_dtype) -> None:
     """addmm's (and addbmm's) checks, in CPU's order: self vs mat2, then mat1 vs mat2."""
     if jnp.dtype(self_dtype) != jnp.dtype(mat2_dtype):
-        raise RuntimeError(f"self and mat2 must have the same dtype, but got {_scalar(self_dtype)} and "
-                           f"{_scalar(mat2_dtype)}")
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {scalar_type_name(self_dtype)} and "
+                           f"{scalar_type_name(mat2_dtype)}")
     if jnp.dtype(mat1_dtype) != jnp.dtype(mat2_dtype):
-        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {_scalar(mat1_dtype)} and "
-                           f"{_scalar(mat2_dtype)}")
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {scalar_type_name(mat1_dtype)} and "
+                           f"{scalar_type_name(mat2_dtype)}")
 
 
 # CPU's argument checks of the matrix products, in its order and words, run before
@@ -146,7 +138,7 @@ def _addmv_meta_check(self, mat, vec, **_):
     PyTorch's Meta kernel words with torch dtypes)."""
     _addmv_checks(self, mat, vec)
     if not self.dtype == mat.dtype == vec.dtype:
-        names = [_scalar(dt.to_jax(t.dtype)) for t in (self, mat, vec)]
+        names = [scalar_type_name(dt.to_jax(t.dtype)) for t in (self, mat, vec)]
         raise RuntimeError(f"addmv input tensors must have the same dtype, but got {names[0]}, {names[1]}, and "
                            f"{names[2]}")
 
@@ -166,7 +158,7 @@ def _dot_meta_check(self, other, **_):
         raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {other.dim()}D tensors")
     if self.dtype != other.dtype:
         raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                           f"{_scalar(dt.to_jax(self.dtype))} and {_scalar(dt.to_jax(other.dtype))}")
+                           f"{scalar_type_name(dt.to_jax(self.dtype))} and {scalar_type_name(dt.to_jax(other.dtype))}")
     if self.numel() != other.numel():
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{self.numel()}] and src [{other.numel()}] "
                            f"to have the same number of elements, but got {self.numel()} and {other.numel()} "
@@ -220,7 +212,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
 def bmm(self, mat2):
     """aten::bmm: (b, n, m) @ (b, m, p) -> (b, n, p)."""
     if jnp.dtype(self.dtype) != jnp.dtype(mat2.dtype):
-        raise RuntimeError(f"expected scalar type {_scalar(self.dtype)} but found {_scalar(mat2.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(mat2.dtype)}")
     _reject_bool(self.dtype, "bmm")
     return _dot(self, mat2, ((2,), (1,)), ((0,), (0,))).astype(context().out_dtype())
 
@@ -259,8 +251,8 @@ def mv(self, vec):
     """aten::mv: (n, m) @ (m,) -> (n,)."""
     out_dtype = context().out_dtype()
     if not jnp.dtype(out_dtype) == jnp.dtype(self.dtype) == jnp.dtype(vec.dtype):
-        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_scalar(out_dtype)}, "
-                           f"{_scalar(self.dtype)}, and {_scalar(vec.dtype)}")
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {scalar_type_name(out_dtype)}, "
+                           f"{scalar_type_name(self.dtype)}, and {scalar_type_name(vec.dtype)}")
     _reject_bool(self.dtype, "addmv_impl_cpu")
     return _dot(self, vec, ((1,), (0,))).astype(context().out_dtype())
 
@@ -993,7 +985,7 @@ def _lstsq_shapes(self, b, driver):
         raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
     if self.dtype != b.dtype:
         raise RuntimeError("torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's "
-                           f"dtype {_scalar(dt.to_jax(self.dtype))} and other's dtype {_scalar(dt.to_jax(b.dtype))}")
+                           f"dtype {scalar_type_name(dt.to_jax(self.dtype))} and other's dtype {scalar_type_name(dt.to_jax(b.dtype))}")
     diff = self.dim() - b.dim()
     if not 0 <= diff <= 1:
         raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
@@ -1402,9 +1394,9 @@ def _check_eig_dtype(self, *args, **kwargs):
     """CPU's errors for dtypes geev lacks, where PyTorch's meta kernel raises KeyError
     (no complex counterpart) or accepts half types."""
     if self.dtype in (torch.float16, torch.bfloat16):
-        raise NotImplementedError(f'"linalg_eig_out_cpu" not implemented for \'{_scalar(dt.to_jax(self.dtype))}\'')
+        raise NotImplementedError(f'"linalg_eig_out_cpu" not implemented for \'{scalar_type_name(dt.to_jax(self.dtype))}\'')
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise RuntimeError(f"Unknown Complex ScalarType for {_scalar(dt.to_jax(self.dtype))}")
+        raise RuntimeError(f"Unknown Complex ScalarType for {scalar_type_name(dt.to_jax(self.dtype))}")
 
 
 @lowering(aten.linalg_eig.default)

@@ -20,7 +20,7 @@ import torch
 from jax import lax
 
 from ..kernels import attention
-from ._common import acc_type, half_rounding, true_divide
+from ._common import acc_type, half_rounding, scalar_type_name, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .reduction import _vector_norm
@@ -1647,6 +1647,9 @@ def sdpa_flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_m
     to; traced CPU graphs carry it): (output, logsumexp (B, H, L) float32), by the
     blocked attention kernel. torch._decomp's decomposition of it returns a logsumexp
     of the wrong shape, hence a lowering."""
+    if not jnp.issubdtype(query.dtype, jnp.floating):
+        raise RuntimeError("scaled_dot_product_attention_flash_attention: Expected data type in FP32, FP64, "
+                           f"BF16, FP16, but got {scalar_type_name(query.dtype)} instead.")
     dtype = acc_type(query.dtype)
     rng = context().rng_key() if dropout_p else None
     out, lse = attention.forward(query.astype(dtype), key.astype(dtype), value.astype(dtype),

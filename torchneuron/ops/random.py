@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ._common import not_implemented_for, scalar_type_name
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -46,12 +47,11 @@ def _float_sample_dtype(dtype):
 
 
 # ATen's names of the non-floating scalar types, in dtype errors.
-_ATEN_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 
 
 def _require_floating(dtype, kernel: str):
     if not jnp.issubdtype(dtype, jnp.floating):
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{_ATEN_NAMES[jnp.dtype(dtype).name]}\'')
+        raise not_implemented_for(kernel, dtype)
 
 
 def _uniform(shape, dtype, low=0.0, high=1.0):
@@ -102,6 +102,8 @@ def normal_functional(self, mean=0.0, std=1.0, generator=None):
 
 
 def _check_std_tensor(std):
+    if jnp.issubdtype(std.dtype, jnp.complexfloating):
+        raise RuntimeError("normal expects standard deviation to be non-complex")  # CPU's words
     context().check(jnp.all(std >= 0), RuntimeError, "normal expects all elements of std >= 0.0")
 
 
@@ -308,6 +310,8 @@ def native_dropout_backward(grad_output, mask, scale):
 def randperm(n, *args):
     """aten::randperm: a uniformly random permutation of 0..n-1 in the requested dtype."""
     out = context().out()
+    if out.dtype == jnp.bool_ or jnp.issubdtype(out.dtype, jnp.complexfloating):
+        raise not_implemented_for("randperm", out.dtype)
     return jax.random.permutation(_key(), n).astype(out.dtype)
 
 
@@ -319,7 +323,7 @@ def multinomial(self, num_samples, replacement=False, generator=None):
     raise CPU's RuntimeError at the next sync."""
     if not jnp.issubdtype(self.dtype, jnp.floating):
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
-                           f"{_ATEN_NAMES[self.dtype.name]}")
+                           f"{scalar_type_name(self.dtype)}")
     if not replacement and num_samples > self.shape[-1]:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     ctx = context()

@@ -513,6 +513,8 @@ def sort_along(x, axis: int, descending: bool):
 def sort(self, stable=None, dim=-1, descending=False):
     """`aten::sort.stable` (`torch.sort`, `sort.values_stable`): always a stable sort,
     which is one valid result of an unstable one. NaN sorts as larger than +inf."""
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise RuntimeError(" Sort does not support complex dtypes on CPU")  # CPU's words
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
@@ -532,6 +534,8 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     (valid for sorted=False too); ties keep index order; NaN counts as largest."""
     if self.dtype == jnp.bool_:
         raise RuntimeError("topk does not support bool dtypes on CPU")
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise RuntimeError(" topk does not support complex dtypes on CPU")
     axis = _axis(dim, self.ndim)
     if axis is None:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
