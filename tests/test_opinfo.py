@@ -3,7 +3,7 @@
 Instantiated by `instantiate_device_type_tests` for PrivateUse1 (classes
 `TestOpInfoNEURON`... named by the backend). Each test runs one check of
 `torchneuron.coverage.opinfo` (forward, non-contiguous, backward, out=, in-place, error
-inputs) for one (OpInfo, dtype) and fails on a mismatch with CPU or a CPU fallback not in
+inputs, dtypes CPU does not support) for one (OpInfo, dtype) and fails on a mismatch with CPU or a CPU fallback not in
 `torchneuron.coverage.expected`; listed expected failures are strict xfails with their
 reason. CI runs the fixed sample `coverage.sample.CI_OPS` on a few samples per case;
 `--runslow` (or TORCHNEURON_OPINFO=full) runs every OpInfo on every sample.
@@ -29,7 +29,9 @@ def _verify(op, dtype, check):
 
 
 def _ops(check, **kw):
-    return ops([op for op in OPS if check in opinfo.check_names(op)], allowed_dtypes=None if FULL else sample.CI_DTYPES, **kw)
+    kw.setdefault("allowed_dtypes", None if FULL else
+                  sample.CI_UNSUPPORTED_DTYPES if check == "unsupported" else sample.CI_DTYPES)
+    return ops([op for op in OPS if check in opinfo.check_names(op)], **kw)
 
 
 class TestOpInfo(TestCase):
@@ -59,6 +61,12 @@ class TestOpInfo(TestCase):
     @ops([op for op in OPS if "errors" in opinfo.check_names(op)], dtypes=OpDTypes.none)
     def test_errors(self, device, op):
         _verify(op, opinfo.dtypes_for(op, "errors")[0], "errors")
+
+
+    @_ops("unsupported", dtypes=OpDTypes.unsupported,
+          **({"allowed_dtypes": opinfo.STANDARD_DTYPES} if FULL else {}))
+    def test_unsupported(self, device, dtype, op):
+        _verify(op, dtype, "unsupported")
 
 
 instantiate_device_type_tests(TestOpInfo, globals(), only_for="privateuse1")

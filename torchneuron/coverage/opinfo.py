@@ -16,7 +16,12 @@
   PyTorch's own ``test_errors`` feeds it), made on `neuron`, raises the exception type
   CPU raises for the same input, by the next synchronization at the latest (device-side
   checks raise there). Error inputs take no dtype: the case is listed under one dtype of
-  the op (float32 where it has it).
+  the op (float32 where it has it);
+- ``unsupported``: each sample made in a dtype CPU PyTorch does not support for the op
+  (one of the twelve standard dtypes outside the OpInfo's CPU dtypes) that CPU refuses
+  raises the exception type CPU raises on `neuron` too, by the next synchronization at
+  the latest, as PyTorch's own ``test_unsupported_dtypes`` asks of a device. Samples
+  CPU accepts all the same (the OpInfo's list is conservative) are not cases.
 
 Tolerances are torch.testing's defaults for the dtype, widened to the OpInfo's own
 ``toleranceOverride``/``precisionOverride`` decorators for that dtype when it has any.
@@ -33,7 +38,10 @@ from . import expected
 from .outcome import Outcome, Recorder, describe, to_cpu, to_device
 
 DEVICE = "neuron"
-CHECKS = ("forward", "noncontiguous", "backward", "out", "inplace", "errors")
+CHECKS = ("forward", "noncontiguous", "backward", "out", "inplace", "errors", "unsupported")
+#: The dtypes the ``unsupported`` check draws from.
+STANDARD_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                   torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
 def check_names(op) -> Tuple[str, ...]:
@@ -47,14 +55,20 @@ def check_names(op) -> Tuple[str, ...]:
         names.append("inplace")
     if op.error_inputs_func is not None:
         names.append("errors")
+    if op.supported_dtypes("cpu") and dtypes_for(op, "unsupported"):  # (not CUDA-only ops)
+        names.append("unsupported")
     return tuple(names)
 
 
 def dtypes_for(op, check: str):
     """The dtypes CPU PyTorch supports for `op` (its backward dtypes for ``backward``;
-    for ``errors``, whose inputs take no dtype, one of them: float32 where supported)."""
+    for ``errors``, whose inputs take no dtype, one of them: float32 where supported;
+    for ``unsupported``, the standard dtypes it does not support)."""
     if check == "backward":
         return sorted(op.supported_backward_dtypes("cpu"), key=str)
+    if check == "unsupported":
+        supported = op.supported_dtypes("cpu")
+        return sorted((d for d in STANDARD_DTYPES if d not in supported), key=str)
     dtypes = sorted(op.supported_dtypes("cpu"), key=str)
     if check == "errors":
         return [torch.float32] if torch.float32 in dtypes else dtypes[:1]
@@ -308,6 +322,28 @@ def _errors(op, limit) -> Outcome:
     return rec.outcome(n)
 
 
+def _unsupported(op, dtype, limit) -> Outcome:
+    rec = Recorder()
+    n = 0
+    try:
+        samples = list(_samples(op, dtype, False, limit))
+    except Exception:  # noqa: BLE001 - the OpInfo cannot make samples of this dtype: no case
+        return rec.outcome(0)
+    for i, sample in enumerate(samples):
+        try:
+            _call(op, sample)
+            continue  # CPU accepts it after all
+        except Exception as exc:  # noqa: BLE001 - CPU's refusal is what neuron must match
+            want = exc
+        try:
+            n += _raises_too(want, rec, lambda: _call(op, _on_device(op, sample)), "")
+        except AssertionError as exc:  # neuron accepted it
+            return rec.outcome(n, f"sample {i}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - another type than CPU's is the finding
+            return rec.outcome(n, f"sample {i}: CPU raised {describe(want, 150)}; neuron raised {describe(exc, 150)}")
+    return rec.outcome(n)
+
+
 def run_check(op, dtype, check: str, limit: Optional[int] = None) -> Outcome:
     """Runs one check (one of CHECKS) of OpInfo `op` for `dtype` on up to `limit`
     samples (all when None) and returns its Outcome."""
@@ -323,4 +359,6 @@ def run_check(op, dtype, check: str, limit: Optional[int] = None) -> Outcome:
         return _inplace(op, dtype, limit)
     if check == "errors":
         return _errors(op, limit)
+    if check == "unsupported":
+        return _unsupported(op, dtype, limit)
     raise ValueError(f"unknown check {check!r}; expected one of {CHECKS}")

@@ -218,4 +218,5 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-run", action="store_true",
                         help="write the report from the results already in the workdir, running nothing")
     parser.add_argument("--checks", nargs="+", default=None,
-                        help="only these checks (forward noncontiguous backward out inplace; default all)")
+                        help="only these checks (forward noncontiguous backward out inplace errors unsupported; "
+                             "default all)")
