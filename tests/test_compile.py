@@ -278,6 +278,61 @@ def test_compiled_linalg_checks_lapack_errors_in_the_graph(fn, monkeypatch):
                                    list(want) if isinstance(want, tuple) else want)
 
 
+def _spd(*batch):
+    a = torch.randn(*batch, 3, 3, dtype=torch.float64)
+    return torch.linalg.cholesky(a @ a.mT + 3 * torch.eye(3, dtype=torch.float64))
+
+
+# Ops whose eager kernel is ATen's composite (no lowering of their own) used to split
+# compiled graphs: strict mode refused them. Now each has a lowering for graphs or
+# takes PyTorch's decomposition (ldexp, dist).
+COMPOSITES = {
+    "cholesky_solve": (lambda x, L: torch.cholesky_solve(x, L),
+                       lambda: (torch.randn(3, 2, dtype=torch.float64), _spd(2))),
+    "cholesky_solve_upper": (lambda x, L: torch.cholesky_solve(x, L.mT, upper=True),
+                             lambda: (torch.randn(2, 3, 2, dtype=torch.float64), _spd())),
+    "ldexp": (torch.ldexp, lambda: (torch.randn(3, 2), torch.tensor([[1], [-2], [3]]).expand(3, 2).contiguous())),
+    "rope": (lambda x, f: torch.view_as_complex(x.reshape(4, 2, 2)) * torch.polar(torch.ones_like(f), f),
+             lambda: (torch.randn(4, 4), torch.randn(4, 2))),
+    "complex": (torch.complex, lambda: (torch.rand(4, 1), torch.randn(4))),
+    "dist": (lambda a, b: torch.dist(a, b, 3), lambda: (torch.randn(4, 3), torch.randn(3))),
+    "masked_scatter": (lambda x, s, m: x.masked_scatter(m, s),
+                       lambda: (torch.randn(3, 4), torch.randn(3, 5), torch.rand(4) > 0.5)),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITES))
+def test_compiled_composite_ops_stay_in_the_graph(name, monkeypatch):
+    monkeypatch.setattr(torchneuron.config, "STRICT", True)
+    torch._dynamo.reset()
+    fn, make = COMPOSITES[name]
+    torch.manual_seed(0)
+    args = make()
+    grads = [a.is_floating_point() for a in args]  # the float inputs are differentiated
+    cpu = [a.clone().requires_grad_(g) for a, g in zip(args, grads)]
+    dev = [a.to("neuron").requires_grad_(g) for a, g in zip(args, grads)]
+    want = fn(*cpu)
+    got = torch.compile(fn, backend="neuron", fullgraph=True)(*dev)
+    torch.testing.assert_close(got.cpu(), want)
+    w = torch.randn(want.shape, dtype=want.dtype)
+    want_grads = torch.autograd.grad(want, [a for a in cpu if a.requires_grad], w)
+    got_grads = torch.autograd.grad(got, [a for a in dev if a.requires_grad], w.to("neuron"))
+    torch.testing.assert_close([g.cpu() for g in got_grads], list(want_grads))
+
+
+def test_masked_scatter_backward_is_native_and_matches_cpu():
+    # Its gradient was ATen's composite, which synchronizes for masked_select's count.
+    grad = torch.randn(3, 4)
+    mask = torch.tensor([True, False, True, True])
+    want = torch.ops.aten.masked_scatter_backward(grad, mask, [2, 5])
+    with no_fallback():
+        got = torch.ops.aten.masked_scatter_backward(grad.to("neuron"), mask.to("neuron"), [2, 5])
+    assert torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="selects more elements"):
+        torch.ops.aten.masked_scatter_backward(grad.to("neuron"), mask.to("neuron"), [2, 4])
+        torch.neuron.synchronize()
+
+
 def test_gpt_example_training_parity():
     from examples.gpt.model import GPT, GPTConfig
 

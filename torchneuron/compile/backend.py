@@ -18,7 +18,7 @@ import warnings
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
+from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo import trace_rules
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -106,11 +106,19 @@ def _decompositions():
     natively: DESIGN's resolution order (native lowering first) holds in compiled graphs
     as in eager, so a compiled op computes what the same eager op computes.
     (In-place overloads need no filtering: functionalization turns them into the
-    functional ones before decompositions apply.) Each first raises CPU's error for
-    dtypes CPU's kernel of the op does not implement: the ops it decomposes into may
-    take them (glu of bool)."""
-    return {op: refusal.checking_dtypes(op, fn, refusal.check_graph_dtypes) for op, fn in core_aten_decompositions().items()
-            if op not in LOWERINGS or LOWERINGS[op].mutates}
+    functional ones before decompositions apply.) Functional ops with a composite kernel
+    and no lowering (ldexp, polar, dist) also take PyTorch's decomposition, which
+    follows that kernel: eager runs the composite, and a graph would otherwise be split
+    around them. Each first raises CPU's error for dtypes CPU's kernel of the op does
+    not implement: the ops it decomposes into may take them (glu of bool)."""
+    table = {op: fn for op, fn in core_aten_decompositions().items()
+             if op not in LOWERINGS or LOWERINGS[op].mutates}
+    for op, fn in decomposition_table.items():
+        if (isinstance(op, torch._ops.OpOverload) and op not in table and op not in LOWERINGS
+                and not op._schema.is_mutable
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd")):
+            table[op] = fn
+    return {op: refusal.checking_dtypes(op, fn, refusal.check_graph_dtypes) for op, fn in table.items()}
 
 
 def _aot():

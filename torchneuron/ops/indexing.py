@@ -16,6 +16,7 @@ count. Assigning through a single boolean mask (`x[mask] = v`) stays on the devi
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import jax.numpy as jnp
@@ -764,6 +765,25 @@ def masked_scatter(self, mask, source):
         return x
     pos = jnp.clip(jnp.cumsum(m) - 1, 0, src.shape[0] - 1)
     return jnp.where(m, src[pos].astype(x.dtype), x.reshape(-1)).reshape(out.shape)
+
+
+@lowering(aten.masked_scatter_backward.default, static=("sizes",))
+def masked_scatter_backward(grad_output, mask, sizes):
+    """`aten::masked_scatter_backward`: the gradient of masked_scatter's `source`, of
+    shape `sizes`: the elements of `grad_output` at the True positions of the
+    (broadcast) `mask`, in order, then zeros. (ATen's composite selects them, which
+    synchronizes for their count; here the shape is static.) RuntimeError
+    (device-side) if the mask selects more elements than `sizes` holds."""
+    shape = jnp.broadcast_shapes(grad_output.shape, mask.shape)
+    g = jnp.broadcast_to(grad_output, shape).reshape(-1)
+    m = jnp.broadcast_to(mask, shape).reshape(-1)
+    n = math.prod(sizes)
+    context().check(jnp.sum(m) <= n, RuntimeError,
+                    f"masked_scatter_backward: the mask selects more elements than sizes {list(sizes)} hold")
+    order = jnp.argsort(~m, stable=True)  # True positions first, each kind in order
+    picked = jnp.where(m[order], g[order], jnp.zeros((), g.dtype))
+    picked = picked[:n] if picked.shape[0] >= n else jnp.pad(picked, (0, n - picked.shape[0]))
+    return picked.reshape(sizes)
 
 
 @host_kernel(aten.masked_select.default)

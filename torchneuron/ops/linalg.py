@@ -652,10 +652,12 @@ def _cholesky_solve(L, B, upper):
 
 
 @lowering(aten._cholesky_solve_helper.default)
-def cholesky_solve_helper(self, A, upper):
+@lowering(aten.cholesky_solve.default, eager=False)
+def cholesky_solve_helper(self, A, upper=False):
     """aten::_cholesky_solve_helper (behind torch.cholesky_solve): X with A A^H X = self
-    for the Cholesky factor A (lower; upper: A^H A); self (*, n, k), A (*, n, n),
-    batch dims already broadcast by the caller."""
+    for the Cholesky factor A (lower; upper: A^H A); self (*, n, k), A (*, n, n).
+    Also `aten::cholesky_solve` in compiled graphs, whose batch dims broadcast here
+    (eager: ATen's composite kernel broadcasts them and calls the helper)."""
     return _cholesky_solve(A, self, upper)
 
 

@@ -167,3 +167,20 @@ def view_as_real(self):
 @lowering(aten.view_as_complex.default, eager=False)
 def view_as_complex(self):
     return lax.complex(self[..., 0], self[..., 1])
+
+
+# Compiled graphs only: eager runs ATen's composite kernels of these, and PyTorch's
+# decompositions of them write into views of a new tensor, which AOTAutograd's graphs
+# would keep as mutations.
+@lowering(aten.complex.default, eager=False)
+def complex_(real, imag):
+    """aten::complex: real + i imag, broadcast, of the complex dtype of theirs."""
+    shape = context().out().shape
+    return lax.complex(jnp.broadcast_to(real, shape), jnp.broadcast_to(imag, shape))
+
+
+@lowering(aten.polar.default, eager=False)
+def polar(abs, angle):
+    """aten::polar: abs cos(angle) + i abs sin(angle), broadcast (ATen's composite)."""
+    shape = context().out().shape
+    return lax.complex(jnp.broadcast_to(abs * jnp.cos(angle), shape), jnp.broadcast_to(abs * jnp.sin(angle), shape))
