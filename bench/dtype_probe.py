@@ -45,7 +45,7 @@ def main():
     check = refusal.check_dtypes
 
     def with_probe():
-        refusal._refuses.clear()
+        refusal._refusals.clear()
         refusal.check_dtypes = check
         block()
 

@@ -296,6 +296,12 @@ COMPOSITES = {
              lambda: (torch.randn(4, 4), torch.randn(4, 2))),
     "complex": (torch.complex, lambda: (torch.rand(4, 1), torch.randn(4))),
     "dist": (lambda a, b: torch.dist(a, b, 3), lambda: (torch.randn(4, 3), torch.randn(3))),
+    "pinv": (torch.linalg.pinv, lambda: (torch.randn(2, 4, 3),)),
+    "pinv_rank_deficient": (lambda a, b: torch.linalg.pinv(a @ b),
+                            lambda: (torch.randn(4, 2, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64))),
+    "pinv_hermitian_rtol": (lambda a: torch.linalg.pinv(a @ a.mT, rtol=1e-3, hermitian=True),
+                            lambda: (torch.randn(3, 3, dtype=torch.float64),)),
+    "pinv_atol_complex": (lambda a: torch.linalg.pinv(a, atol=0.5), lambda: (torch.randn(3, 3, dtype=torch.cfloat),)),
     "masked_scatter": (lambda x, s, m: x.masked_scatter(m, s),
                        lambda: (torch.randn(3, 4), torch.randn(3, 5), torch.rand(4) > 0.5)),
 }
@@ -308,7 +314,7 @@ def test_compiled_composite_ops_stay_in_the_graph(name, monkeypatch):
     fn, make = COMPOSITES[name]
     torch.manual_seed(0)
     args = make()
-    grads = [a.is_floating_point() for a in args]  # the float inputs are differentiated
+    grads = [a.is_floating_point() or a.is_complex() for a in args]  # differentiated
     cpu = [a.clone().requires_grad_(g) for a, g in zip(args, grads)]
     dev = [a.to("neuron").requires_grad_(g) for a, g in zip(args, grads)]
     want = fn(*cpu)

@@ -235,6 +235,11 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **_cases(("native_layer_norm",), ("forward",), _HALF,
              "mean and rstd outputs: PyTorch's meta kernel (CUDA's convention, which neuron's eager executor "
              "follows for output dtypes) makes them float32 for half inputs; CPU returns them in the input dtype"),
+    # ---- dtypes CPU does not implement, accepted by design
+    **_cases(("max_pool2d_with_indices_backward",), ("unsupported",), ("int8", "int16", "int32", "int64", "uint8"),
+             "a backward kernel called directly with integer gradients: CPU's kernel refuses them, but the dtype "
+             "probe does not ask backward kernels (they trust their inputs to come from their forward and may read "
+             "out of bounds on its stand-ins), so neuron computes it. Through autograd no integer gradient arises"),
     # ---- ties decided differently by design
     **_cases(("kthvalue",), ("forward", "out"), ("int8", "int16", "int32", "int64", "uint8"),
              "indices among equal values: which index kthvalue returns for a repeated value is unspecified in "

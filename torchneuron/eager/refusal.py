@@ -14,9 +14,9 @@ Two paths ask CPU PyTorch, the oracle for which inputs raise and how:
   complex overloads of most activations and losses; a few kernels word it their own way
   ("Boolean inputs not supported for relu"), with the same type. No table of these lists
   exists outside the kernels, so the kernel is asked, once per op and signature, on
-  stand-ins whose elements read one stored value; where it raises NotImplementedError,
-  the call itself runs on CPU copies (stand-ins can take a path real values do not) and
-  CPU's error is raised.
+  small stand-ins (ones, zeros); where it raises NotImplementedError, the call itself
+  runs on CPU copies (stand-ins can take a path real values do not) and CPU's error is
+  raised.
 
 The probes have no side effects: every tensor is copied or stood in for (CPU ones too,
 so a written `out=` or in-place CPU argument is left alone), generators are left out,
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -34,12 +34,12 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import _extension
 
-# Largest total output (elements) a stand-in probe may make: an argument such as a size
-# list or `num_classes` can ask for any amount of memory, stand-ins or not.
-_OUTPUT_LIMIT = 1 << 16
+# Largest total output, and inputs of real-shape stand-ins, (elements) of a probe: an
+# argument such as a size list or `num_classes` can ask for any amount of memory.
+_ELEMENT_LIMIT = 1 << 16
 
-# (op, argument signature) -> whether CPU's kernel refused the stand-ins' dtypes
-_refuses: Dict[tuple, bool] = {}
+# (op, argument signature) -> CPU's refusal of the stand-ins' dtypes, or None
+_refusals: Dict[tuple, Optional[Tuple[type, str]]] = {}
 
 
 def _copy(value):
@@ -91,15 +91,14 @@ def _tiny(shape) -> tuple:
 
 def _standin(value, device: str, shrink: bool, dtype=None):
     """A tensor of `value`'s dtype (or `dtype`), of its shape (`shrink`: at most one
-    element per dim) on `device`, whose elements read one stored value; lists
-    element-wise; generators become None (the default one); anything else is kept."""
+    element per dim) on `device`, all ones (floating, complex) or zeros (integers,
+    bool); lists element-wise; generators become None (the default one); anything else
+    is kept. Ones keep linear algebra well defined (a 1x1 matrix of 1 is
+    positive-definite); zeros are valid indices into any dim."""
     if isinstance(value, torch.Tensor):
         dtype = dtype or value.dtype
-        # Floating values of 1 keep linear algebra well defined (a 1x1 matrix of 1 is
-        # positive-definite); integer ones of 0 are valid indices into any dim.
         fill = 1 if dtype.is_floating_point or dtype.is_complex else 0
-        stored = torch.full((), fill, dtype=dtype, device=device)
-        return stored.expand(_tiny(value.shape) if shrink else value.shape)
+        return torch.full(_tiny(value.shape) if shrink else tuple(value.shape), fill, dtype=dtype, device=device)
     if isinstance(value, (list, tuple)):
         return type(value)(_standin(v, device, shrink, dtype) for v in value)
     if isinstance(value, torch.Generator):
@@ -149,33 +148,35 @@ def _elements(result) -> int:
     return 0
 
 
-def _refused_by_standins(op, values) -> bool:
-    """Whether CPU's kernel refuses the dtypes of `values` on stand-ins: of at most one
-    element per dim, or, where those do not fit the call's other arguments (a kernel
-    size, `k`, a channel count), of the real shapes when the call is small. The meta
-    kernel bounds the output first; where it refuses the call itself (no meta kernel,
-    or one that words CPU's dtype refusal its own way), only the one-element stand-ins
-    are asked."""
+def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
+    """CPU's dtype refusal (NotImplementedError, message) of the call on stand-ins, or
+    None: stand-ins of at most one element per dim, or, where those do not fit the
+    call's other arguments (a kernel size, `k`, a channel count), of the real shapes
+    when the call is small (inputs and output). The meta kernel bounds the output first;
+    where it refuses the call itself (no meta kernel, or one that words CPU's dtype
+    refusal its own way), only the one-element stand-ins are asked."""
     for shrink in (True, False):
+        if not shrink and _elements(values) > _ELEMENT_LIMIT:
+            return None
         try:
             size = _elements(_call(op, values, lambda v: _standin(v, "meta", shrink)))
         except Exception:  # noqa: BLE001 - the meta kernel refuses the call
             if not shrink:
-                return False
+                return None
             size = 0
-        if size > _OUTPUT_LIMIT:
-            return False
+        if size > _ELEMENT_LIMIT:
+            return None
         refusal = _outcome(op, values, shrink, None)
         if refusal is None:
-            return False
+            return None
         if refusal[0] is NotImplementedError:
             # A dtype refusal unless stand-ins of another floating dtype meet the very
             # same error: the dispatcher's "Could not run" for an op with no CPU
             # kernel, a stub's.
             other = torch.float64 if _has_dtype(values, torch.float32) else torch.float32
-            return _outcome(op, values, shrink, other) != refusal
+            return refusal if _outcome(op, values, shrink, other) != refusal else None
         # any other error: the stand-ins do not fit; try the real shapes
-    return False
+    return None
 
 
 def _outcome(op, values, shrink: bool, dtype):
@@ -188,19 +189,21 @@ def _outcome(op, values, shrink: bool, dtype):
     return None
 
 
-def refuses_dtypes(op: torch._ops.OpOverload, values) -> bool:
-    """Whether CPU's kernel of `op` (ATen overloads only) does not implement the dtypes
-    of `values` (its arguments in schema order; tensors may be on any device, fake or
-    meta), asked once per op and signature: tensors' dtypes, which dims are empty, the
-    kinds and values of all other arguments. Calls whose tensors have symbolic sizes,
-    and calls with no tensor argument (factories), are not asked."""
-    if op.namespace != "aten" or not _has_tensor(values) or _has_symbol(values):
-        return False
+def refusal_of_dtypes(op: torch._ops.OpOverload, values) -> Optional[Tuple[type, str]]:
+    """(NotImplementedError, CPU's message) where CPU's kernel of `op` (ATen overloads
+    only) does not implement the dtypes of `values` (its arguments in schema order;
+    tensors may be on any device, fake or meta), else None; asked once per op and
+    signature: tensors' dtypes, which dims are empty, the kinds and values of all other
+    arguments. Not asked: calls whose tensors have symbolic sizes, calls with no tensor
+    argument (factories), and backward kernels, which trust their inputs to come from
+    their forward (it accepted the dtypes) and may read out of bounds on stand-ins."""
+    if (op.namespace != "aten" or "backward" in op._schema.name or not _has_tensor(values)
+            or _has_symbol(values)):
+        return None
     key = (op,) + tuple(_signature(v) for v in values)
-    refused = _refuses.get(key)
-    if refused is None:
-        refused = _refuses[key] = _refused_by_standins(op, values)
-    return refused
+    if key not in _refusals:
+        _refusals[key] = _refusal_of_standins(op, values)
+    return _refusals[key]
 
 
 def schema_values(op: torch._ops.OpOverload, args, kwargs) -> list:
@@ -226,16 +229,15 @@ def checking_dtypes(op: torch._ops.OpOverload, kernel, check=None):
 def check_dtypes(op: torch._ops.OpOverload, values) -> None:
     """Raises CPU's error (type and message) for a call of `op` on `values` (schema
     order, real tensors) whose dtypes CPU's kernel does not implement (see
-    `refuses_dtypes`); returns where CPU accepts the call."""
-    if refuses_dtypes(op, values):
+    `refusal_of_dtypes`): the call's CPU run on copies of them decides, as stand-ins can
+    take a path real values do not. Returns where CPU accepts the call."""
+    if refusal_of_dtypes(op, values) is not None:
         raise_cpus_error(op, values)
 
 
 def check_graph_dtypes(op: torch._ops.OpOverload, values) -> None:
     """`check_dtypes` for a call of a compiled graph, known by its tensors' metadata
-    (fake tensors) only: CPU's error comes from a run on stand-ins of the real shapes."""
-    if refuses_dtypes(op, values):
-        try:
-            _call(op, values, lambda v: _standin(v, "cpu", False))
-        except Exception as cpu:  # noqa: BLE001 - whatever CPU raises is the error to raise
-            raise cpu from None
+    (fake tensors) only: raises the stand-ins' refusal."""
+    refusal = refusal_of_dtypes(op, values)
+    if refusal is not None:
+        raise refusal[0](refusal[1])

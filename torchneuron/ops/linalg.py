@@ -630,6 +630,37 @@ def linalg_eigh(A, UPLO="L", compute_v=True):
     return w, v
 
 
+@lowering(aten.linalg_pinv.atol_rtol_tensor, eager=False)
+def linalg_pinv(A, atol=None, rtol=None, hermitian=False):
+    """aten::linalg_pinv.atol_rtol_tensor in compiled graphs (eager runs ATen's composite
+    kernel, which this follows): the pseudo-inverse (*, n, m) of (*, m, n) from its SVD
+    (`hermitian`: its eigendecomposition), singular values at or below
+    max(atol, rtol * largest) dropped; the tolerances default as in ATen's
+    get_atol_rtol (float64: atol 0, rtol eps * max(m, n), or 0 when atol > 0)."""
+    m, n = A.shape[-2:]
+    if A.size == 0:
+        return jnp.zeros(context().out().shape, A.dtype)
+    f64 = jnp.float64
+    default_rtol = jnp.asarray(jnp.finfo(A.dtype).eps * max(m, n), f64)
+    if rtol is None:
+        rtol = default_rtol if atol is None else jnp.where(atol > 0, jnp.zeros((), f64), default_rtol)
+    if atol is None:
+        atol = jnp.zeros((), f64)
+    if hermitian:
+        s, u = linalg_eigh(A)
+        magnitude = jnp.abs(s)
+        largest = jnp.max(magnitude, axis=-1, keepdims=True)
+        v, uh = u, jnp.conj(jnp.swapaxes(u, -1, -2))
+    else:
+        u, s, vh = linalg_svd(A)
+        magnitude = s
+        largest = s[..., :1]  # descending
+        v, uh = jnp.conj(jnp.swapaxes(vh, -1, -2)), jnp.conj(jnp.swapaxes(u, -1, -2))
+    tol = jnp.maximum(atol[..., None], rtol[..., None] * largest)
+    s_inv = jnp.where(magnitude > tol, 1 / s, jnp.zeros((), s.dtype)).astype(A.dtype)
+    return jnp.matmul(v * s_inv[..., None, :], uh, precision=_HIGHEST)
+
+
 @lowering(aten.linalg_solve_triangular.default)
 def linalg_solve_triangular(self, B, upper, left=True, unitriangular=False):
     """aten::linalg_solve_triangular: X with A X = B (left) or X A = B; A: (*, n, n)."""
