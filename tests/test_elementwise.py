@@ -230,3 +230,15 @@ def test_efficient_zero_tensor_is_zeros_of_its_size_and_dtype():
         z = torch.ops.aten._efficientzerotensor([2, 3], dtype=torch.float64, device="neuron")
     assert z.device.type == "neuron" and z.dtype == torch.float64
     torch.testing.assert_close(z.cpu(), torch.zeros(2, 3, dtype=torch.float64))
+
+
+def test_empty_expanded_tensors_do_not_overlap():
+    # An empty tensor is contiguous whatever its strides (c10), so writing one that a
+    # broadcast expanded is no internal overlap: lcm's int8 decomposition converts such
+    # an expanded empty input and raised CPU's overlap error.
+    a = torch.ones(0, 1, 3, dtype=torch.int8)
+    b = torch.ones(0, 10, 3, dtype=torch.int8)
+    got = torch.lcm(a.to("neuron"), b.to("neuron"))
+    assert got.shape == torch.lcm(a, b).shape == (0, 10, 3)
+    x = torch.zeros(0, 1, 3, device="neuron").expand(0, 10, 3)
+    assert torch.ones(0, 10, 3, device="neuron").copy_(x).shape == (0, 10, 3)

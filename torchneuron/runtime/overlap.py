@@ -28,7 +28,10 @@ def _numel(shape) -> int:
 
 
 def non_overlapping_and_dense(shape, stride) -> bool:
-    """c10's is_non_overlapping_and_dense: some permutation of the dims is contiguous."""
+    """c10's is_non_overlapping_and_dense: some permutation of the dims is contiguous
+    (an empty tensor is contiguous, whatever its strides)."""
+    if 0 in shape:
+        return True
     dims = sorted((d for d in range(len(shape)) if shape[d] != 1), key=lambda d: stride[d])
     expected = 1
     for d in dims:
