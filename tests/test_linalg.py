@@ -1,4 +1,5 @@
 """Matrix products and torch.linalg on `neuron` against CPU PyTorch."""
+import itertools
 import warnings
 
 import pytest
@@ -576,3 +577,17 @@ def test_beta_zero_ignores_a_nan_self(dtype):
         want = fn(lambda *shape: torch.full(shape, nan, dtype=dtype), "cpu")
         got = fn(lambda *shape: torch.full(shape, nan, dtype=dtype, device="neuron"), "neuron")
         assert torch.equal(got.cpu(), want), name
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_addmv_of_an_empty_matrix_is_beta_self(dtype):
+    # ATen's shortcut for an empty matrix multiplies beta * self into the result, which
+    # takes self's shape (beta == 0: zeros of mat.size(0) elements); the lowering's
+    # product of the empty matrix raised JAX's broadcast error, and PyTorch's meta
+    # kernel gave another shape.
+    for self_shape, (m, k) in itertools.product(((), (1,)), ((0, 3), (2, 0))):
+        for beta in (2, 0):
+            args = (torch.full(self_shape, 3., dtype=dtype), torch.ones(m, k, dtype=dtype), torch.ones(k, dtype=dtype))
+            want = torch.addmv(*args, beta=beta)
+            got = torch.addmv(*[a.to("neuron") for a in args], beta=beta)
+            assert got.shape == want.shape and torch.equal(got.cpu(), want), (self_shape, beta)

@@ -21,7 +21,7 @@ from jax import lax
 from ..runtime import dtypes as dt
 from ._common import acc_type, scalar_type_name
 from .indexing import host_kernel, lowered
-from .registry import context, lowering, meta_check, meta_impl
+from .registry import context, lowering, meta_check, meta_impl, meta_kernel
 
 aten = torch.ops.aten
 
@@ -132,7 +132,7 @@ def _addmv_checks(self, mat, vec) -> None:
                            f"vec ({vec.shape[0]})")
 
 
-@meta_check(aten.addmv.default, aten.addmv.out)
+@meta_check(aten.addmv.out)
 def _addmv_meta_check(self, mat, vec, **_):
     """CPU's addmv: its Meta function's checks, then its kernel's dtype check (which
     PyTorch's Meta kernel words with torch dtypes)."""
@@ -141,6 +141,17 @@ def _addmv_meta_check(self, mat, vec, **_):
         names = [scalar_type_name(dt.to_jax(t.dtype)) for t in (self, mat, vec)]
         raise RuntimeError(f"addmv input tensors must have the same dtype, but got {names[0]}, {names[1]}, and "
                            f"{names[2]}")
+
+
+@meta_kernel(aten.addmv.default)
+def _addmv_meta(self, mat, vec, *, beta=1, alpha=1):
+    """CPU's addmv: `_addmv_meta_check`, then a vector of mat.size(0) elements, except
+    that an empty matrix with beta != 0 gives beta * self in self's shape (ATen's
+    shortcut multiplies into the result, which takes self's shape: a 0-d self gives a
+    0-d result)."""
+    _addmv_meta_check(self, mat, vec)
+    shape = tuple(self.shape) if mat.numel() == 0 and beta != 0 else (mat.shape[0],)
+    return self.new_empty(shape)
 
 
 @meta_check(aten.mv.default, aten.mv.out)
@@ -257,12 +268,15 @@ def mv(self, vec):
     return _dot(self, vec, ((1,), (0,))).astype(context().out_dtype())
 
 
-@lowering(aten.addmv.default)
+@lowering(aten.addmv.default, static=("beta",))
 def addmv(self, mat, vec, beta=1, alpha=1):
     """aten::addmv: beta * self + alpha * (mat @ vec). For half types CPU's gemv rounds
-    beta * self and alpha to the dtype before the float32 sum; so does this."""
+    beta * self and alpha to the dtype before the float32 sum; so does this. `beta` is
+    static: whether it is 0 decides the result's shape for an empty matrix."""
     _reject_bool(mat.dtype, "addmv_impl_cpu")
     out = context().out_dtype()
+    if mat.size == 0:  # ATen's shortcut for an empty matrix: beta * self alone
+        return jnp.broadcast_to(_beta_self(self, beta, out), context().out().shape)
     product = _dot(mat, vec, ((1,), (0,)))
     if out not in (jnp.bfloat16, jnp.float16):
         return _scaled_sum(self, product, beta, alpha)
