@@ -46,9 +46,6 @@ def _float_sample_dtype(dtype):
     return jnp.dtype(jnp.float32) if dtype in _HALF else dtype
 
 
-# ATen's names of the non-floating scalar types, in dtype errors.
-
-
 def _require_floating(dtype, kernel: str):
     if not jnp.issubdtype(dtype, jnp.floating):
         raise not_implemented_for(kernel, dtype)
