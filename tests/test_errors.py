@@ -389,6 +389,7 @@ DTYPE_REFUSALS = {
     "lerp_int_out": lambda d: torch.lerp(_O(d, 3, dtype=_L), _O(d, 3, dtype=_L), 0.5, out=_O(d, 3, dtype=_L)),
     # stand-ins of the real shapes where one element per dim does not fit (k, channels, kernel)
     "kthvalue_complex": lambda d: torch.kthvalue(_O(d, 3, dtype=_C), 2),
+    "pdist_half": lambda d: F.pdist(_O(d, 4, 3, dtype=torch.half)),  # one row returns before dispatching
     "avg_pool1d_int8": lambda d: F.avg_pool1d(_O(d, 1, 2, 4, dtype=torch.int8), 2),
     "group_norm_complex": lambda d: F.group_norm(_O(d, 2, 4, 3, dtype=_C), 2),
     # decomposed ops and host kernels
@@ -419,11 +420,15 @@ def test_dtypes_cpu_does_not_implement_raise_cpus_error(name):
     assert _raised(DTYPE_REFUSALS[name], "neuron") == cpu
 
 
-@pytest.mark.parametrize("name", ["lerp_int", "relu_bool", "softplus_complex", "glu_bool", "maximum_complex"])
+@pytest.mark.parametrize("name", ["lerp_int", "relu_bool", "softplus_complex", "glu_bool", "maximum_complex",
+                                  "pdist_half"])
 def test_dtypes_cpu_does_not_implement_raise_cpus_error_when_compiled(name):
     """Compiled graphs ask CPU's kernel of each node, and of each op before PyTorch's
-    decomposition of it replaces it (glu)."""
-    _assert_compiled_raises_cpus_message(DTYPE_REFUSALS[name])
+    decomposition of it replaces it (glu); the graph raises CPU's error, type and
+    message, when it runs (Dynamo would wrap an error raised while compiling)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(DTYPE_REFUSALS[name], backend="neuron", fullgraph=True)
+    assert _raised(compiled, "neuron") == _raised(DTYPE_REFUSALS[name], "cpu")
 
 
 def test_dtype_probe_takes_what_cpu_takes():
@@ -437,6 +442,20 @@ def test_dtype_probe_takes_what_cpu_takes():
     a = torch.tensor([7, -7, 9])
     assert torch.equal(torch.remainder(a.to("neuron"), 2).cpu(), torch.remainder(a, 2))
     assert torch.equal(torch.lcm(a.to("neuron"), a.to("neuron") + 1).cpu(), torch.lcm(a, a + 1))
+
+
+def test_dtype_probe_decisions_do_not_grow_with_number_values():
+    # Kernels dispatch on a number's kind, not its value: one decision per kind, also
+    # for NaN (which is not equal to itself).
+    from torchneuron.eager import refusal
+
+    x = torch.ones(3, device="neuron")
+    clamp, dropout = torch.ops.aten.clamp.default, torch.ops.aten.native_dropout.default
+    before = len(refusal._refusals)
+    for value in [k / 7 for k in range(20)] + [float("nan")]:
+        assert refusal.refusal_of_dtypes(clamp, [x, value, None]) is None
+        assert refusal.refusal_of_dtypes(dropout, [x, value / 4, True]) is None
+    assert len(refusal._refusals) - before <= 2  # (none if an earlier test asked the same)
 
 
 def test_dtype_probe_has_no_side_effects():

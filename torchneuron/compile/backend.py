@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import warnings
 
 import torch
@@ -31,6 +32,7 @@ from ..ops import elementwise
 from ..ops.registry import LOWERINGS
 from . import flex_attention
 from .graph import GraphExecutable, lowerable
+from .graph import refusal_of_dtypes as graph_refusal
 
 log = logging.getLogger("torchneuron")
 
@@ -79,7 +81,19 @@ def _is_collective(node: torch.fx.Node) -> bool:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph"):
-    """A boxed callable running an AOTAutograd ATen graph on `neuron`."""
+    """A boxed callable running an AOTAutograd ATen graph on `neuron`; one that raises
+    CPU's error where CPU's kernel of an op of the graph, or of an op traced through
+    its decomposition, does not implement its dtypes (raised when the graph runs, as
+    eager raises it: Dynamo would wrap an error raised while compiling)."""
+    refused = _take_traced_refusal() if name != "backward" else None
+    refused = refused or graph_refusal(gm)
+    if refused is not None:
+        exc_type, message = refused
+
+        def refuse(*args):
+            raise exc_type(message)
+
+        return make_boxed_func(refuse)
     elementwise.register_inductor_prims()
     unsupported = _unsupported(gm)
     if not unsupported:
@@ -100,6 +114,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
     return make_boxed_func(fused)
 
 
+# CPU's refusal of an op's dtypes met while AOTAutograd traced its decomposition; the
+# forward (or inference) graph of that trace raises it.
+_traced = threading.local()
+
+
+def _take_traced_refusal():
+    refused = getattr(_traced, "refusal", None)
+    _traced.refusal = None
+    return refused
+
+
+def _noting_refusal(op, decomposition):
+    """`decomposition` of `op`, noting CPU's refusal of the call's dtypes (the ops it
+    decomposes into may take them: glu of bool) for `compile_graph`."""
+    @functools.wraps(decomposition)
+    def run(*args, **kwargs):
+        refused = refusal.refusal_of_dtypes(op, refusal.schema_values(op, args, kwargs))
+        if refused is not None and getattr(_traced, "refusal", None) is None:
+            _traced.refusal = refused
+        return decomposition(*args, **kwargs)
+
+    return run
+
+
 @functools.lru_cache(maxsize=None)
 def _decompositions():
     """PyTorch's core-ATen decompositions, less the ops the lowering table lowers
@@ -109,8 +147,8 @@ def _decompositions():
     functional ones before decompositions apply.) Functional ops with a composite kernel
     and no lowering (ldexp, polar, dist) also take PyTorch's decomposition, which
     follows that kernel: eager runs the composite, and a graph would otherwise be split
-    around them. Each first raises CPU's error for dtypes CPU's kernel of the op does
-    not implement: the ops it decomposes into may take them (glu of bool)."""
+    around them. Each notes CPU's refusal of dtypes its op's CPU kernel does not
+    implement (`_noting_refusal`)."""
     table = {op: fn for op, fn in core_aten_decompositions().items()
              if op not in LOWERINGS or LOWERINGS[op].mutates}
     for op, fn in decomposition_table.items():
@@ -118,7 +156,7 @@ def _decompositions():
                 and not op._schema.is_mutable
                 and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd")):
             table[op] = fn
-    return {op: refusal.checking_dtypes(op, fn, refusal.check_graph_dtypes) for op, fn in table.items()}
+    return {op: _noting_refusal(op, fn) for op, fn in table.items()}
 
 
 def _aot():
@@ -152,6 +190,7 @@ class _Specializing:
                     for a in args)
         fn = self.cache.get(key)
         if fn is None:
+            _traced.refusal = None
             fn = self.cache[key] = _aot()(self.gm, list(args))
         return fn(*args)
 
@@ -165,4 +204,5 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
             warnings.warn("torch.compile(backend='neuron'): dynamic shapes are specialized per concrete shape "
                           "(one executable per shape, cached)", stacklevel=2)
         return _Specializing(gm)
+    _traced.refusal = None
     return _aot()(gm, example_inputs)

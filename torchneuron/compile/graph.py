@@ -74,6 +74,19 @@ def _linalg_check(infos, api_name: str, is_matrix: bool):
     return raise_if_failed
 
 
+def refusal_of_dtypes(gm: torch.fx.GraphModule):
+    """CPU's refusal (exception type, message) of the first node whose dtypes CPU's
+    kernel does not implement (`eager/refusal.py`), or None: a lowering computes in any
+    dtype."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            vals = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
+            refused = refusal.refusal_of_dtypes(n.target, _schema_args(n.target, *vals))
+            if refused is not None:
+                return refused
+    return None
+
+
 def lowerable(node: torch.fx.Node) -> bool:
     """Whether a call_function node has a lowering (getitem always does)."""
     if node.target is operator.getitem:
@@ -105,11 +118,6 @@ class GraphExecutable:
         for n in self.nodes:
             if n.op == "call_function" and n.target is aten.copy_.default:
                 self.mutated.append(self.placeholders.index(n.args[0]))
-        for n in self.nodes:
-            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-                # A lowering computes in any dtype; CPU's kernel decides which it takes.
-                vals = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
-                refusal.check_graph_dtypes(n.target, _schema_args(n.target, *vals))
         out_node = next(n for n in self.nodes if n.op == "output")
         self.out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
         self._execs: Dict[tuple, Any] = {}

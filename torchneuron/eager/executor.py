@@ -242,8 +242,8 @@ class OpKernel:
         if self.probes_overlap:
             # Before anything else, out= resizes included: CPU checks first.
             out_overlap.check(self.op, values, self.writes)
-        refusal.check_dtypes(self.op, values)
         with profiler.record("neuron::compile::" + self.op.name(), tensors):
+            refusal.check_dtypes(self.op, values)  # its CPU calls are part of the compile
             entry = self._compile_or_cpus_error(key, values, tensors, metas, dyn, device)
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
