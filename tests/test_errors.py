@@ -390,6 +390,7 @@ DTYPE_REFUSALS = {
     # stand-ins of the real shapes where one element per dim does not fit (k, channels, kernel)
     "kthvalue_complex": lambda d: torch.kthvalue(_O(d, 3, dtype=_C), 2),
     "pdist_half": lambda d: F.pdist(_O(d, 4, 3, dtype=torch.half)),  # one row returns before dispatching
+    "histc_complex": lambda d: torch.histc(_O(d, 3, dtype=_C)),  # integers are taken, as on CUDA
     "avg_pool1d_int8": lambda d: F.avg_pool1d(_O(d, 1, 2, 4, dtype=torch.int8), 2),
     "group_norm_complex": lambda d: F.group_norm(_O(d, 2, 4, 3, dtype=_C), 2),
     # decomposed ops and host kernels

@@ -279,6 +279,9 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "mean and rstd outputs: PyTorch's meta kernel (CUDA's convention, which neuron's eager executor "
              "follows for output dtypes) makes them float32 for half inputs; CPU returns them in the input dtype"),
     # ---- dtypes CPU does not implement, accepted by design
+    **_cases(("histc",), ("unsupported",), ("int8", "int16", "int32", "int64", "uint8"),
+             "integer histc is binned as on CUDA, where CPU's kernel refuses it: transformers' MoE routing counts "
+             "expert ids with it off the CPU (`refusal.BEYOND_CPU`)"),
     **_cases(("max_pool2d_with_indices_backward",), ("unsupported",), ("int8", "int16", "int32", "int64", "uint8"),
              "a backward kernel called directly with integer gradients: CPU's kernel refuses them, but the dtype "
              "probe does not ask backward kernels (they trust their inputs to come from their forward and may read "

@@ -38,6 +38,16 @@ from .. import _extension
 # argument such as a size list or `num_classes` can ask for any amount of memory.
 _ELEMENT_LIMIT = 1 << 16
 
+#: Ops whose lowering takes dtypes CPU's kernel does not, as CUDA's does, because
+#: libraries rely on them off the CPU: op -> why. The probe does not ask CPU about them.
+BEYOND_CPU: Dict[torch._ops.OpOverload, str] = {}
+
+
+def beyond_cpu(op: torch._ops.OpOverload, why: str) -> None:
+    """Lists `op` in `BEYOND_CPU` with its reason."""
+    BEYOND_CPU[op] = why
+
+
 # (op, argument signature) -> CPU's refusal of the stand-ins' dtypes, or None
 _refusals: Dict[tuple, Optional[Tuple[type, str]]] = {}
 
@@ -218,9 +228,10 @@ def refusal_of_dtypes(op: torch._ops.OpOverload, values) -> Optional[Tuple[type,
     tensors may be on any device, fake or meta), else None; asked once per op and
     signature: tensors' dtypes, which dims are empty, the kinds and values of all other
     arguments. Not asked: calls whose tensors have symbolic sizes, calls with no tensor
-    argument (factories), and backward kernels, which trust their inputs to come from
-    their forward (it accepted the dtypes) and may read out of bounds on stand-ins."""
-    if (op.namespace != "aten" or "backward" in op._schema.name or not _has_tensor(values)
+    argument (factories), ops in `BEYOND_CPU`, and backward kernels, which trust their
+    inputs to come from their forward (it accepted the dtypes) and may read out of bounds
+    on stand-ins."""
+    if (op.namespace != "aten" or "backward" in op._schema.name or op in BEYOND_CPU or not _has_tensor(values)
             or _has_symbol(values)):
         return None
     key = (op,) + tuple(_signature(v, _is_number(a)) for v, a in zip(values, op._schema.arguments))

@@ -20,6 +20,7 @@ import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
+from ..eager import refusal
 from ..runtime import dtypes as dt
 from ._common import acc_type, convert, half_rounding, is_float, true_divide
 from .factory import float_linspace
@@ -680,12 +681,19 @@ def _histc_range_check(min, max) -> None:
         raise RuntimeError("torch.histc: max must be larger than min")
 
 
+refusal.beyond_cpu(aten.histc.default, "integer inputs are binned as on CUDA: transformers' MoE routing counts "
+                   "expert ids with them off the CPU")
+
+
 @lowering(aten.histc.default, static=("min", "max"))
 def _histc(self, bins=100, min=0, max=0):
     """`bins` equal-width bins over [min, max] (the data's range when min == max,
     widened by 1 each side when that is empty too); values outside, and NaN, are not
     counted; a value equal to max goes to the last bin. Integer inputs are binned as
-    on CUDA (transformers' MoE routing counts expert ids with them off the CPU)."""
+    on CUDA (transformers' MoE routing counts expert ids with them off the CPU); complex
+    ones are refused, as there."""
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise NotImplementedError("histc of a complex tensor")  # the CPU run words it
     x = self.reshape(-1)
     float_input = is_float(self.dtype)
     _histc_range_check(min, max)
