@@ -618,3 +618,19 @@ def test_embedding_max_norm_module_and_bag_and_compiled():
 ])
 def test_embedding_renorm_errors_like_cpu(weight, indices):
     raises_like_cpu(lambda w, i: torch.embedding_renorm_(w, i, 1.0, 2.0).cpu(), weight, indices)
+
+
+def test_cdist_gradients_when_only_one_side_is_batched():
+    # x2's gradient is _cdist_backward with the sides swapped, so its x2 carries the
+    # batch dims its x1 lacks; an empty batch gives zeros (found by the all-samples
+    # spot check: JAX's broadcast error).
+    x2 = torch.randn(3, 5, dtype=torch.float64)
+    for batch in (2, 0):
+        x1 = torch.randn(batch, 4, 5, dtype=torch.float64)
+        for p in (1.0, 2.0, 3.0):
+            grads = []
+            for d in ("cpu", "neuron"):
+                a, b = x1.to(d, copy=True).requires_grad_(), x2.to(d, copy=True).requires_grad_()
+                torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist").sum().backward()
+                grads.append([None if g is None else g.cpu() for g in (a.grad, b.grad)])
+            torch.testing.assert_close(grads[1], grads[0])

@@ -145,7 +145,7 @@ def _decompositions():
     as in eager, so a compiled op computes what the same eager op computes.
     (In-place overloads need no filtering: functionalization turns them into the
     functional ones before decompositions apply.) Functional ops with a composite kernel
-    and no lowering (ldexp, polar, dist) also take PyTorch's decomposition, which
+    and no lowering (ldexp, dist) also take PyTorch's decomposition, which
     follows that kernel: eager runs the composite, and a graph would otherwise be split
     around them. Each notes CPU's refusal of dtypes its op's CPU kernel does not
     implement (`_noting_refusal`)."""

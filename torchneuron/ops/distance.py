@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from ._common import cpu_kernel_lacks_half
-from .registry import lowering
+from .registry import context, lowering
 
 aten = torch.ops.aten
 
@@ -70,8 +70,15 @@ def cdist_forward(x1, x2, p, compute_mode=None):
 
 @lowering(aten._cdist_backward.default, static=("p",))
 def cdist_backward(grad, x1, x2, p, cdist):
-    """aten::_cdist_backward: the gradient for x1 of `_cdist_forward` (the non-mm form)."""
-    x2 = jnp.broadcast_to(x2, x1.shape[:-2] + x2.shape[-2:])
+    """aten::_cdist_backward: the gradient for x1 of `_cdist_forward` (the non-mm form),
+    over the broadcast batch dims (autograd sums it to x1's shape; x2's gradient comes
+    from this op with x1 and x2 swapped, so x2 may carry more batch dims than x1). An
+    empty batch gives zeros of x1's shape, as on CPU."""
+    batch = jnp.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    if math.prod(batch) == 0:
+        return jnp.zeros(context().out().shape, x1.dtype)
+    x1 = jnp.broadcast_to(x1, batch + x1.shape[-2:])
+    x2 = jnp.broadcast_to(x2, batch + x2.shape[-2:])
     _, vjp = jax.vjp(lambda a: _pnorm(a[..., :, None, :] - x2[..., None, :, :], p), x1)
     return vjp(grad.astype(x1.dtype))[0]
 
