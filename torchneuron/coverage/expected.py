@@ -145,6 +145,7 @@ _LATER_HALF_ROUNDING = {
     ("nn.functional.conv_transpose3d", "forward", "float16"): (8, 1.05, 0.244),
     ("nn.functional.conv3d", "backward", "float16"): (7, 0.00779, 0.00779),
     ("linalg.cross", "forward", "bfloat16"): (1, 0.275, 0.225),
+    ("cov", "backward", "bfloat16"): (24, 3.05e-05, 3.05e-05),
     ("linalg.cross", "forward", "float16"): (1, 0.0276, 0.0276),
     ("nn.functional.interpolate.area", "backward", "bfloat16"): (7, 0.00781, 0.00391),
     ("nn.functional.interpolate.area", "backward", "float16"): (7, 0.000732, 0.000488),
@@ -212,6 +213,9 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "complex64 rounding: 2.6+4.0j ** z on sample 3 is about 7e8, where exp(z log(a)) in single precision "
              "amplifies the rounding of z log(a); one element differs by 2.5e-6 relative (tolerance 1.3e-6). "
              "Against complex128: forward CPU 693, neuron 931; backward CPU 622, neuron 1590 (absolute, at 7e8)"),
+    ("cov", "backward", "complex64"):
+        "complex64 rounding: cov's gradient sums its terms in another order; on sample 35 one of 3 elements "
+        "differs by 2.7e-5 (tolerance 1e-5). Against complex128 CPU's largest error is 1.36e-5, neuron's 1.31e-5",
     ("nn.functional.grid_sample", "backward", "float32"):
         "float32 rounding: the grid's gradient sums the four corners' terms in another order; on sample 14 one "
         "element near zero differs by 1.05e-5 (tolerance 1e-5). Against float64 CPU's largest error is 7.0e-6, "
@@ -442,6 +446,7 @@ FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
     ("linalg.svd", "backward", "complex64"): 64,
     **{key: 3 for key in _cases(("__rpow__",), ("forward", "noncontiguous", "backward"), ("complex64",), "")},
     ("nn.functional.grid_sample", "backward", "float32"): 14,
+    ("cov", "backward", "complex64"): 35,
     **{key: 6 for key in _cases(("mode",), ("forward", "noncontiguous", "backward"),
                                 ("bool", "bfloat16", "float16", "int8", "int16", "int32", "int64", "uint8"), "")},
     **{key: 1 for key in _cases(("nn.functional.multi_head_attention_forward",), ("forward", "noncontiguous"),
