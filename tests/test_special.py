@@ -75,3 +75,16 @@ def test_polynomial_scalar_overloads(name):
     fn = getattr(S, name)
     check(lambda n: fn(0.3, n), torch.arange(-2, 12, dtype=torch.int16))  # x_scalar
     check(lambda x: fn(x, 5), torch.linspace(-2, 2, 9, dtype=torch.float64))  # n_scalar
+
+
+def test_zeta_domain_cases_follow_cephes_order():
+    # s == 1 is a pole and s < 1 is outside the domain before q's poles are looked at
+    # (CPU's zeta): zeta(0, -4) is NaN, not inf (found by the all-samples spot check).
+    s = torch.tensor([0., 0., -5., 1., 1., 2., 2., 2.5, 2.5, 3.])
+    q = torch.tensor([-4., 2., -1., -3., 2., -2., -1.5, -1.5, 3., 0.])
+    want = torch.special.zeta(s, q)
+    got = torch.special.zeta(s.to("neuron"), q.to("neuron")).cpu()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    ints = torch.arange(-3, 4)
+    torch.testing.assert_close(torch.special.zeta(ints[:, None].to("neuron"), ints.to("neuron")).cpu(),
+                               torch.special.zeta(ints[:, None], ints), equal_nan=True)

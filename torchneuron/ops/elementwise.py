@@ -619,7 +619,8 @@ def _trigamma(x):
 
 
 def _zeta(s, q):
-    """ATen's zeta (Hurwitz, Cephes): inf at the poles q = 0, -1, ...; like Cephes, the
+    """ATen's zeta (Hurwitz, Cephes): inf at s = 1, NaN for s < 1, inf at the poles
+    q = 0, -1, ..., NaN for a non-integer s at a negative q; like Cephes, the
     terms 1 / (q + k)^s are summed directly until q + k > 9 and JAX's zeta (whose
     fixed-length series is inaccurate for negative q) continues from there."""
     s, q = jnp.broadcast_arrays(s, q)
@@ -631,7 +632,12 @@ def _zeta(s, q):
 
     _, head = lax.while_loop(lambda c: c[0] < jnp.max(shifts, initial=0), body, (jnp.zeros((), q.dtype), jnp.zeros_like(q)))
     r = head + jax.scipy.special.zeta(s, q + shifts)
-    return jnp.where((q <= 0) & (q == jnp.floor(q)), jnp.inf, r)
+    # Cephes' order of cases: s == 1 is a pole, s < 1 is outside the domain, then q's
+    # poles, then a non-integer s at a negative q.
+    r = jnp.where((q <= 0) & (s != jnp.floor(s)), jnp.nan, r)
+    r = jnp.where((q <= 0) & (q == jnp.floor(q)), jnp.inf, r)
+    r = jnp.where(s < 1, jnp.nan, r)
+    return jnp.where(s == 1, jnp.inf, r)
 
 
 @lowering(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
