@@ -411,7 +411,23 @@ DTYPE_REFUSALS = {
     "sdpa_complex": lambda d: F.scaled_dot_product_attention(*[_O(d, 1, 2, 3, 4, dtype=_C)] * 3),
     "flash_for_cpu_complex": lambda d: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         *[_O(d, 1, 2, 3, 4, dtype=_C)] * 3),
+    # composite ops that take a CPU-only kernel on CPU and another kernel elsewhere
+    "dropout_complex": lambda d: F.dropout(_O(d, 3, dtype=_C), 0.5),
+    "dropout_complex_inference": lambda d: _in_inference_mode(lambda: F.dropout(_O(d, 3, dtype=_C), 0.5)),
+    "max_pool1d_int": lambda d: F.max_pool1d(_O(d, 1, 4, dtype=_L), 2),
+    "max_pool1d_bool": lambda d: F.max_pool1d(_O(d, 1, 4, dtype=_B), 2),
+    "max_pool1d_complex": lambda d: F.max_pool1d(_O(d, 1, 4, dtype=_C), 2),
+    "max_pool1d_complex_grad": lambda d: F.max_pool1d(_O(d, 1, 4, dtype=_C).requires_grad_(), 2),
+    # CPU checks outside the kernels' AT_DISPATCH
+    "native_dropout_int": lambda d: torch.native_dropout(_O(d, 3, dtype=_L), 0.5, True),
+    "embedding_max_norm_int": lambda d: F.embedding(torch.tensor([0, 1], device=d), _O(d, 3, 2, dtype=_L),
+                                                    max_norm=1.0),
 }
+
+
+def _in_inference_mode(fn):
+    with torch.inference_mode():
+        return fn()
 
 
 @pytest.mark.parametrize("name", list(DTYPE_REFUSALS))
@@ -422,7 +438,7 @@ def test_dtypes_cpu_does_not_implement_raise_cpus_error(name):
 
 
 @pytest.mark.parametrize("name", ["lerp_int", "relu_bool", "softplus_complex", "glu_bool", "maximum_complex",
-                                  "pdist_half"])
+                                  "pdist_half", "dropout_complex", "max_pool1d_int"])
 def test_dtypes_cpu_does_not_implement_raise_cpus_error_when_compiled(name):
     """Compiled graphs ask CPU's kernel of each node, and of each op before PyTorch's
     decomposition of it replaces it (glu); the graph raises CPU's error, type and
@@ -430,6 +446,40 @@ def test_dtypes_cpu_does_not_implement_raise_cpus_error_when_compiled(name):
     torch._dynamo.reset()
     compiled = torch.compile(DTYPE_REFUSALS[name], backend="neuron", fullgraph=True)
     assert _raised(compiled, "neuron") == _raised(DTYPE_REFUSALS[name], "cpu")
+
+
+def test_composite_routes_keep_what_cpu_computes():
+    # The checks in front of dropout and max_pool1d refuse only CPU's refusals: the
+    # composite kernels they run still train, pool and differentiate as on CPU.
+    x = torch.randn(2, 3, 8)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to("neuron", dtype).requires_grad_()
+        F.max_pool1d(xd, 2).sum().backward()
+        xc = x.to(dtype).clone().requires_grad_()
+        F.max_pool1d(xc, 2).sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    xd = x.to("neuron").requires_grad_()
+    out = F.dropout(xd, 0.5)
+    out.sum().backward()
+    kept = out.detach().cpu() != 0
+    torch.testing.assert_close(out.detach().cpu()[kept], 2 * x[kept])
+    torch.testing.assert_close(xd.grad.cpu(), 2.0 * kept)
+    c = torch.randn(3, 4, dtype=torch.cfloat)
+    assert torch.equal(F.dropout(c.to("neuron"), 0.5, training=False).cpu(), c)
+    assert torch.equal(F.dropout(c.to("neuron"), 0.0).cpu(), F.dropout(c, 0.0))
+
+
+def test_native_dropout_follows_cpu_for_complex_and_empty_inputs():
+    # CPU's native_dropout trains complex inputs (PyTorch's decomposition refuses them)
+    # and gives an empty input a mask of its own dtype.
+    c = torch.randn(64, dtype=torch.cfloat)
+    out, mask = torch.native_dropout(c.to("neuron"), 0.5, True)
+    assert mask.dtype == torch.bool and 0 < int(mask.sum()) < 64
+    torch.testing.assert_close(out.cpu(), torch.where(mask.cpu(), 2 * c, 0))
+    for train in (True, False):
+        got = torch.native_dropout(torch.ones(0, 2, dtype=torch.long, device="neuron"), 0.5, train)
+        want = torch.native_dropout(torch.ones(0, 2, dtype=torch.long), 0.5, train)
+        assert [(t.dtype, t.shape) for t in got] == [(t.dtype, t.shape) for t in want]
 
 
 def test_dtype_probe_takes_what_cpu_takes():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import warnings
 
 import torch
@@ -85,7 +84,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
     CPU's error where CPU's kernel of an op of the graph, or of an op traced through
     its decomposition, does not implement its dtypes (raised when the graph runs, as
     eager raises it: Dynamo would wrap an error raised while compiling)."""
-    refused = _take_traced_refusal() if name != "backward" else None
+    refused = refusal.take_traced() if name != "backward" else None
     refused = refused or graph_refusal(gm)
     if refused is not None:
         exc_type, message = refused
@@ -114,25 +113,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, name: str = "graph")
     return make_boxed_func(fused)
 
 
-# CPU's refusal of an op's dtypes met while AOTAutograd traced its decomposition; the
-# forward (or inference) graph of that trace raises it.
-_traced = threading.local()
-
-
-def _take_traced_refusal():
-    refused = getattr(_traced, "refusal", None)
-    _traced.refusal = None
-    return refused
-
-
 def _noting_refusal(op, decomposition):
     """`decomposition` of `op`, noting CPU's refusal of the call's dtypes (the ops it
     decomposes into may take them: glu of bool) for `compile_graph`."""
     @functools.wraps(decomposition)
     def run(*args, **kwargs):
         refused = refusal.refusal_of_dtypes(op, refusal.schema_values(op, args, kwargs))
-        if refused is not None and getattr(_traced, "refusal", None) is None:
-            _traced.refusal = refused
+        if refused is not None:
+            refusal.note_traced(refused)
         return decomposition(*args, **kwargs)
 
     return run
@@ -190,7 +178,7 @@ class _Specializing:
                     for a in args)
         fn = self.cache.get(key)
         if fn is None:
-            _traced.refusal = None
+            refusal.take_traced()
             fn = self.cache[key] = _aot()(self.gm, list(args))
         return fn(*args)
 
@@ -204,5 +192,5 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
             warnings.warn("torch.compile(backend='neuron'): dynamic shapes are specialized per concrete shape "
                           "(one executable per shape, cached)", stacklevel=2)
         return _Specializing(gm)
-    _traced.refusal = None
+    refusal.take_traced()
     return _aot()(gm, example_inputs)

@@ -156,6 +156,9 @@ _LATER_HALF_ROUNDING = {
     ("nn.functional.glu", "backward", "float16"): (10, 0.000418, 0.000233),
     ("nn.functional.max_pool3d", "backward", "bfloat16"): (3, 0.00122, 0.000977),
     ("nn.functional.max_pool3d", "backward", "float16"): (3, 0.000275, 0.000122),
+    ("masked.log_softmax", "forward", "float16"): (4, 0.00371, 0.00371),
+    ("masked.log_softmax", "backward", "float16"): (6, 0.0003, 0.0003),
+    ("masked.softmax", "backward", "bfloat16"): (2, 0.00193, 0.00193),
     # (N, C, H, W) inputs with reduction="mean" (nll_loss2d): neuron gives the float64 value rounded
     ("nn.functional.nll_loss", "forward", "bfloat16"): (33, 0.00195, 0.0),
     ("nn.functional.nll_loss", "forward", "float16"): (33, 0.000244, 0.0),

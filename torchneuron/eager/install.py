@@ -7,7 +7,7 @@ import torch
 from .. import _extension, config
 from ..ops import fallback, registry
 from ..runtime import dtypes
-from . import executor, host_kernels, math_bits
+from . import cpu_routes, executor, host_kernels, math_bits
 
 _libs = []
 #: OpOverload -> the kernel registered for it (used by tests and the coverage report).
@@ -116,6 +116,7 @@ def install() -> None:
             mode = "out" if any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
                                 for a in variant._schema.arguments) else "inplace"
             register(variant, executor.OpKernel(variant, low, mode))
+    cpu_routes.install(lib)
     fb = torch.library.Library("_", "IMPL")
     _libs.append(fb)
     fb.fallback(fallback.run, "PrivateUse1")

@@ -25,11 +25,12 @@ CPU's random state is restored and warnings are not shown.
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from typing import Dict, Optional, Tuple
 
 import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import _extension
@@ -264,3 +265,32 @@ def check_dtypes(op: torch._ops.OpOverload, values) -> None:
     take a path real values do not. Returns where CPU accepts the call."""
     if refusal_of_dtypes(op, values) is not None:
         raise_cpus_error(op, values)
+
+
+# CPU's refusal met while torch.compile traced fake tensors: the graph of that trace
+# raises it when it runs, as eager raises it (Dynamo would wrap an error raised while
+# compiling). The neuron backend clears it before each trace and takes it after.
+_traced = threading.local()
+
+
+def note_traced(refused: Tuple[type, str]) -> None:
+    """Notes `refused` (exception type, message) for the graph being traced; the first
+    note of a trace is kept."""
+    if getattr(_traced, "refusal", None) is None:
+        _traced.refusal = refused
+
+
+def take_traced() -> Optional[Tuple[type, str]]:
+    """The refusal noted since the last call (None if none), clearing it."""
+    refused = getattr(_traced, "refusal", None)
+    _traced.refusal = None
+    return refused
+
+
+def refuse(exc: Exception, tensor: torch.Tensor) -> None:
+    """Raises `exc`, CPU's error for a call on `tensor`; a fake `tensor` (torch.compile
+    tracing) notes it for the traced graph instead (`note_traced`)."""
+    if is_fake(tensor):
+        note_traced((type(exc), str(exc)))
+        return
+    raise exc

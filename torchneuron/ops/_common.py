@@ -274,8 +274,8 @@ _SCALAR_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half"
 
 
 def scalar_type_name(dtype) -> str:
-    """c10's name of a JAX dtype ('Long' for int64)."""
-    name = jnp.dtype(dtype).name
+    """c10's name of a JAX or torch dtype ('Long' for int64)."""
+    name = jnp.dtype(dt.TORCH_TO_JAX[dtype] if isinstance(dtype, torch.dtype) else dtype).name
     return _SCALAR_TYPE_NAMES.get(name, name)
 
 

@@ -1126,6 +1126,10 @@ def embedding_renorm(self, indices, max_norm, norm_type):
         raise RuntimeError("Expected tensor for argument #2 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got torch.{type_name(indices.dtype)}Tensor instead (while checking "
                            "arguments for embedding_renorm_)")
+    if indices.size and not jnp.issubdtype(self.dtype, jnp.inexact):
+        # CPU takes each named row's norm(), which refuses integer and bool rows
+        raise RuntimeError("norm(): input dtype should be either floating point or complex. Got "
+                           f"{scalar_type_name(self.dtype)} instead.")
     n = self.shape[0]
     idx = indices.reshape(-1).astype(jnp.int64)
     bad = (idx < -n) | (idx >= n)

@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ._common import not_implemented_for, scalar_type_name
-from .registry import context, lowering
+from .registry import context, lowering, meta_kernel
 
 aten = torch.ops.aten
 
@@ -274,11 +274,27 @@ def cauchy(self, median=0.0, sigma=1.0, generator=None):
 
 
 # ------------------------------------------------------------------ dropout
+@meta_kernel(aten.native_dropout.default)
+def _native_dropout_meta(input, p, train):
+    """CPU's native_dropout (PyTorch's decomposition, its Meta kernel otherwise, refuses
+    complex input): an empty input returns a mask of its own dtype; training multiplies
+    by a float scale, which integer and bool outputs cannot hold."""
+    if input.numel() == 0:
+        return torch.empty_like(input), torch.empty_like(input)
+    if (train is None or train) and not (input.dtype.is_floating_point or input.dtype.is_complex):
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{scalar_type_name(input.dtype)}")
+    return torch.empty_like(input), torch.empty_like(input, dtype=torch.bool)
+
+
 @lowering(aten.native_dropout.default, random=True, static=("p",))
 def native_dropout(input, p, train):
     """aten::native_dropout: (input * mask * 1/(1-p), bool mask) with mask ~
     Bernoulli(1 - p); eval (train=False) returns (input, all-true mask). As on CPU the
-    output is input*mask*scale, so p == 1 gives 0 (NaN stays NaN)."""
+    output is input*mask*scale, so p == 1 gives 0 (NaN stays NaN); float and complex
+    inputs train, and an empty input's mask has its dtype."""
+    if input.size == 0:
+        return input, jnp.zeros(input.shape, input.dtype)
     if train is not None and not train:
         return input, jnp.ones(input.shape, jnp.bool_)
     keep_p = 1.0 - p
