@@ -495,6 +495,26 @@ def test_dtype_probe_takes_what_cpu_takes():
     assert torch.equal(torch.lcm(a.to("neuron"), a.to("neuron") + 1).cpu(), torch.lcm(a, a + 1))
 
 
+def test_dtype_probe_keeps_the_record_of_warnings_shown():
+    # A warning shown once at a place (the "default" action) is not shown there again
+    # after a probe or a copy to the host: neither may reset Python's record of
+    # warnings shown.
+    from torchneuron.eager import refusal
+
+    def warn():
+        warnings.warn("torchneuron test: shown once", UserWarning)
+
+    # (first use of lerp imports modules, sympy among them, that add filters of their own)
+    torch.lerp(torch.ones(2, device="neuron"), torch.zeros(2, device="neuron"), 0.5).cpu()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        warn()
+        refusal._refusals.clear()
+        torch.lerp(torch.ones(3, 5, 7, device="neuron"), torch.zeros(3, 5, 7, device="neuron"), 0.25).cpu()
+        warn()
+    assert [str(w.message) for w in seen] == ["torchneuron test: shown once"]
+
+
 def test_dtype_probe_decisions_do_not_grow_with_number_values():
     # Kernels dispatch on a number's kind, not its value: one decision per kind, also
     # for NaN (which is not equal to itself).

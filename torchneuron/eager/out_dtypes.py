@@ -31,13 +31,13 @@ warnings.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from .. import _extension
+from ..runtime.quiet import python_warnings_hidden
 
 #: The kernel accepts the out tensors' dtypes.
 ACCEPT = "accept"
@@ -139,8 +139,7 @@ def _probe(op, values, out_idx, out_dtypes, shapes) -> Optional[Tuple[type, str]
     # fork_rng: a random op's probe draws from CPU's default generator, then restores it.
     # ATen's warnings bypass Python's filters (see the shim's without_warnings); Python
     # ones (a kernel written in Python) do not.
-    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), torch.no_grad():
-        warnings.simplefilter("ignore")
+    with python_warnings_hidden(), torch.random.fork_rng(devices=[]), torch.no_grad():
         try:
             _extension.load().without_warnings(lambda: op(*pos, **kw))
         except Exception as exc:  # noqa: BLE001 - CPU's error is what the probe reports

@@ -20,13 +20,13 @@ Only calls that could be refused are probed: a written tensor that overlaps itse
 """
 from __future__ import annotations
 
-import warnings
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from .. import _extension
 from ..runtime import overlap as _overlap
+from ..runtime.quiet import python_warnings_hidden
 
 _MESSAGES = (_overlap._INTERNAL, _overlap._PARTIAL)
 
@@ -154,8 +154,7 @@ def _probe(op, values) -> Optional[str]:
     args = [standin(v) for v in values]
     pos = [v for v, a in zip(args, schema) if not a.kwarg_only]
     kw = {a.name: v for v, a in zip(args, schema) if a.kwarg_only}
-    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), torch.no_grad():
-        warnings.simplefilter("ignore")
+    with python_warnings_hidden(), torch.random.fork_rng(devices=[]), torch.no_grad():
         try:
             _extension.load().without_warnings(lambda: op(*pos, **kw))
         except RuntimeError as exc:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -34,6 +33,7 @@ from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import _extension
+from ..runtime.quiet import python_warnings_hidden
 
 # Largest total output, and inputs of real-shape stand-ins, (elements) of a probe: an
 # argument such as a size list or `num_classes` can ask for any amount of memory.
@@ -69,9 +69,8 @@ def _call(op, values, convert):
     """Runs `op` on `convert`ed `values` (schema order) without side effects."""
     # Outside any dispatch mode: a compiled graph's fake tensor mode would make the CPU
     # stand-ins fake too.
-    with _disable_current_modes(), unset_fake_temporarily(), warnings.catch_warnings(), \
+    with _disable_current_modes(), unset_fake_temporarily(), python_warnings_hidden(), \
             torch.random.fork_rng(devices=[]), torch.no_grad():
-        warnings.simplefilter("ignore")
         args, kwargs = [], {}
         for argument, value in zip(op._schema.arguments, values):
             if argument.kwarg_only:
@@ -80,6 +79,7 @@ def _call(op, values, convert):
                 args.append(convert(value))
         # ATen's warnings bypass Python's filters (see the shim's without_warnings).
         return _extension.load().without_warnings(lambda: op(*args, **kwargs))
+
 
 
 def raise_cpus_error(op: torch._ops.OpOverload, values) -> None:

@@ -1,11 +1,10 @@
 """Mapping between torch dtypes, ATen ScalarType codes and JAX/NumPy dtypes."""
-import warnings
-
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import torch
 
+from .quiet import python_warnings_hidden
 
 TORCH_TO_JAX = {
     torch.float32: jnp.dtype(jnp.float32),
@@ -73,7 +72,6 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
         a, dt = a.view(np.int16), torch.bfloat16
     elif dt in _FLOAT8:
         a = a.view(np.uint8)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    with python_warnings_hidden():
         t = torch.from_numpy(a)
     return t if t.dtype == dt else t.view(dt)
