@@ -6,7 +6,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 from torchneuron.coverage import core_aten, expected, opinfo, report
-from torchneuron.coverage.outcome import DECOMPOSED, FAILING, FALLBACK, NATIVE, Outcome
+from torchneuron.coverage.outcome import DECOMPOSED, FAILING, FALLBACK, NATIVE, Outcome, to_device
 
 
 def _opinfo(name):
@@ -75,3 +75,15 @@ def test_rates_of_a_check_with_no_passing_pair():
     rates = report._rates([{"check": "out", "status": "failing", "verdict": "fail"}])
     assert rates["out"]["pass_no_fallback"] == 0 and rates["out"]["pass_rate"] == 0.0
     assert report._pct(rates["out"]) == "0/1 (0.0%)"
+
+
+def test_samples_that_read_beyond_their_view_run_on_the_same_storage():
+    # as_strided.partial_views passes base[5:15] with storage offsets that read the rest
+    # of base: a copy of the view alone would give neuron other elements than CPU.
+    op = next(op for op in op_db if op.name == "as_strided" and op.variant_test_name == "partial_views")
+    for check in ("forward", "backward"):
+        assert opinfo.run_check(op, torch.float32, check, 3).status == NATIVE
+    base = torch.arange(20.)
+    dev = to_device(base[5:15], "neuron")
+    assert (dev.storage_offset(), dev.stride()) == (5, (1,))
+    assert torch.equal(dev.as_strided((2, 2), (1, 2), 0).cpu(), base.as_strided((2, 2), (1, 2), 0))

@@ -79,12 +79,20 @@ def describe(exc: BaseException, limit: int = 300) -> str:
 
 def to_device(v, device: str):
     """A copy of a (nested) value or an OpInfo SampleInput with every tensor on
-    `device`, as a leaf that requires grad when the original did."""
+    `device`, as a leaf that requires grad when the original did; a view of part of
+    a contiguous base stays such a view (same sizes, strides and storage offset)."""
     def move(t):
         if not isinstance(t, torch.Tensor):
             return t
         with torch.no_grad():
-            out = t.detach().to(device)
+            base = t._base
+            if base is not None and base.numel() > t.numel() and base.is_contiguous() and not base.storage_offset():
+                # A view of part of its storage: an op may read the rest (as_strided
+                # with a storage offset), so the device tensor is the same view of a
+                # copy of the whole base.
+                out = base.detach().to(device).as_strided(t.size(), t.stride(), t.storage_offset())
+            else:
+                out = t.detach().to(device)
         return out.requires_grad_(t.requires_grad)
     if hasattr(v, "transform"):  # SampleInput, which pytree does not traverse
         out = v.transform(move)
