@@ -87,3 +87,5 @@ def test_samples_that_read_beyond_their_view_run_on_the_same_storage():
     dev = to_device(base[5:15], "neuron")
     assert (dev.storage_offset(), dev.stride()) == (5, (1,))
     assert torch.equal(dev.as_strided((2, 2), (1, 2), 0).cpu(), base.as_strided((2, 2), (1, 2), 0))
+    real = torch.view_as_real(torch.randn(6, dtype=torch.cfloat))[1:4]  # a base of another dtype: copied
+    assert torch.equal(to_device(real, "neuron").cpu(), real)

@@ -86,7 +86,8 @@ def to_device(v, device: str):
             return t
         with torch.no_grad():
             base = t._base
-            if base is not None and base.numel() > t.numel() and base.is_contiguous() and not base.storage_offset():
+            if (base is not None and base.dtype == t.dtype and base.numel() > t.numel() and base.is_contiguous()
+                    and not base.storage_offset()):
                 # A view of part of its storage: an op may read the rest (as_strided
                 # with a storage offset), so the device tensor is the same view of a
                 # copy of the whole base.
