@@ -314,6 +314,10 @@ def test_hash_tensor_matches_cpu_bit_for_bit(dtype):
             got = torch.hash_tensor(x.to("neuron"), **kwargs).cpu()
         assert got.dtype == torch.uint64 and torch.equal(got, want), kwargs
     assert torch.equal(torch.hash_tensor(x.to("neuron").t()).cpu(), torch.hash_tensor(x.t()))
+    # a 0-dim tensor takes dim 0 and -1 as its one element (found by the all-samples sweep)
+    for kwargs in (dict(dim=0, keepdim=True), dict(dim=(-1,)), {}):
+        got = torch.hash_tensor(x[1, 2].to("neuron"), **kwargs).cpu()
+        assert got.shape == () and torch.equal(got, torch.hash_tensor(x[1, 2], **kwargs)), kwargs
 
 
 @pytest.mark.parametrize("call", [lambda t: torch.hash_tensor(t, mode=1), lambda t: torch.hash_tensor(t, dim=(5,)),

@@ -732,7 +732,7 @@ def hash_tensor(self, dim=(), keepdim=False, mode=0):
         raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
     wide = self.astype(jnp.float64) if is_float(self.dtype) else self.astype(jnp.int64)
     bits = lax.bitcast_convert_type(wide, jnp.uint64)
-    dims = tuple(range(self.ndim)) if not dim else tuple(canonicalize_dim(self.ndim, d) for d in dim)
+    dims = _axes(dim, self.ndim)
     out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, dims)
     return jnp.expand_dims(out, dims) if keepdim else out
 # ------------------------------------------------------------------ histogram, histogramdd
