@@ -93,3 +93,7 @@ def test_samples_that_read_beyond_their_view_run_on_the_same_storage():
     assert torch.equal(dev.as_strided((2, 2), (1, 2), 0).cpu(), base.as_strided((2, 2), (1, 2), 0))
     real = torch.view_as_real(torch.randn(6, dtype=torch.cfloat))[1:4]  # a base of another dtype: copied
     assert torch.equal(to_device(real, "neuron").cpu(), real)
+    c = torch.randn(3, 4, dtype=torch.cfloat)
+    for view in (c[1].conj(), c.conj()[1:], c[1]._neg_view()):  # math bits kept in the values
+        assert torch.equal(to_device(view, "neuron").cpu().resolve_conj().resolve_neg(),
+                           view.resolve_conj().resolve_neg())

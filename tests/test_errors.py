@@ -222,6 +222,14 @@ _X = lambda d, *s: torch.arange(float(torch.Size(s or (2, 3)).numel()), device=d
 # Argument errors CPU's kernels raise and PyTorch's meta kernels miss or raise as
 # another type; the message is CPU's too.
 ARG_ERRORS = {
+    # composite ops whose CPU-only route decides the error: argument and shape checks
+    # come before the dtype refusal (eager/cpu_routes.py)
+    "dropout_p_out_of_range": lambda d: torch.dropout(_O(d, 3), 1.5, True),
+    "dropout_p_out_of_range_eval": lambda d: torch.dropout(_O(d, 3), 1.5, False),
+    "dropout_complex_p_out_of_range": lambda d: torch.dropout(_O(d, 3, dtype=_C), 1.5, True),
+    "max_pool1d_int_kernel_too_large": lambda d: F.max_pool1d(_O(d, 2, 4, 9, dtype=_L), 20),
+    "max_pool1d_int_padding_too_large": lambda d: F.max_pool1d(_O(d, 2, 4, 9, dtype=_L), 3, padding=2),
+    "max_pool1d_int_zero_kernel": lambda d: F.max_pool1d(_O(d, 2, 4, 9, dtype=_L), 0),
     "index_select_float_index": lambda d: torch.index_select(_X(d), 0, _t([1.], d)),
     "index_select_int16_index": lambda d: torch.index_select(_X(d), 0, _t([1], d, torch.int16)),
     "index_select_2d_index": lambda d: torch.index_select(_X(d), 0, _t([[1]], d)),
@@ -467,6 +475,17 @@ def test_composite_routes_keep_what_cpu_computes():
     c = torch.randn(3, 4, dtype=torch.cfloat)
     assert torch.equal(F.dropout(c.to("neuron"), 0.5, training=False).cpu(), c)
     assert torch.equal(F.dropout(c.to("neuron"), 0.0).cpu(), F.dropout(c, 0.0))
+    # ATen's composite, not PyTorch's Python decomposition: p == 1 zeroes integers and
+    # an empty input comes back as itself
+    ints = torch.arange(3)
+    assert torch.equal(F.dropout(ints.to("neuron"), 1.0).cpu(), F.dropout(ints, 1.0))
+    empty = torch.ones(0, device="neuron")
+    assert F.dropout(empty, 0.5) is empty
+    # a tensor subclass takes the route CPU gives subclasses (max_pool2d_with_indices)
+    from torch.testing._internal.two_tensor import TwoTensor
+    a = torch.arange(8).reshape(1, 8)
+    got = F.max_pool1d(TwoTensor(a.to("neuron"), a.to("neuron")), 2)
+    assert torch.equal(got.a.cpu(), F.max_pool1d(TwoTensor(a, a.clone()), 2).a)
 
 
 def test_native_dropout_follows_cpu_for_complex_and_empty_inputs():

@@ -80,14 +80,15 @@ def describe(exc: BaseException, limit: int = 300) -> str:
 def to_device(v, device: str):
     """A copy of a (nested) value or an OpInfo SampleInput with every tensor on
     `device`, as a leaf that requires grad when the original did; a view of part of
-    a contiguous base stays such a view (same sizes, strides and storage offset)."""
+    a contiguous base stays such a view (same sizes, strides and storage offset; views
+    with a conjugate or negative bit are copied, resolving the bit)."""
     def move(t):
         if not isinstance(t, torch.Tensor):
             return t
         with torch.no_grad():
             base = t._base
             if (base is not None and base.dtype == t.dtype and base.numel() > t.numel() and base.is_contiguous()
-                    and not base.storage_offset()):
+                    and not base.storage_offset() and not t.is_conj() and not t.is_neg()):
                 # A view of part of its storage: an op may read the rest (as_strided
                 # with a storage offset), so the device tensor is the same view of a
                 # copy of the whole base.

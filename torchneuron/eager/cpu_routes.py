@@ -1,44 +1,67 @@
-"""CPU's dtype checks for composite ops that take another route off the CPU.
+"""CPU's errors for composite ops that take another route off the CPU.
 
 A few CompositeImplicitAutograd kernels branch on the device: on CPU they call a
 CPU-only kernel whose AT_DISPATCH covers fewer dtypes than the kernel they call
 elsewhere. `F.dropout` trains through `bernoulli_` on CPU (no complex case) and
 through `native_dropout` on accelerators (complex computed); `F.max_pool1d` without
 grad runs `max_pool1d_impl` on CPU (floating types only) and `max_pool2d_with_indices`
-elsewhere (integers computed). CPU being the oracle, neuron raises CPU's
-NotImplementedError for those inputs, then runs the composite kernel unchanged
-(`OpOverload.decompose`), so gradients, graphs and the kernels reached are as before.
-While torch.compile traces (fake tensors) the refusal is noted for the graph, which
-raises it when it runs (`refusal.refuse`).
+elsewhere (integers computed). CPU being the oracle, for those dtypes CPU's composite
+decides, run on CPU copies of the arguments: its error (argument and shape checks come
+first, then the dtype) is raised. Every other call runs the composite kernel
+unchanged, the C++ one (`DispatchKey.CompositeImplicitAutograd`; `OpOverload.decompose`
+would take PyTorch's Python decomposition, which skips checks and special cases), so
+gradients, graphs and the kernels reached are as before. While torch.compile traces
+(fake tensors) CPU's error is noted for the graph, which raises it when it runs
+(`refusal.refuse`).
 
-The check is registered on both AutogradPrivateUse1 (the usual entry) and PrivateUse1
-(reached under `torch.inference_mode`, where autograd keys are skipped); fake tensors
-of the neuron device reach it while torch.compile traces.
+The checks are registered on both AutogradPrivateUse1 (the usual entry) and PrivateUse1
+(reached under `torch.inference_mode`, where autograd keys are skipped).
 """
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
-from ..ops._common import not_implemented_for
-from .refusal import refuse
+from . import refusal
 
 aten = torch.ops.aten
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _composite(op, *args):
+    return op._op_dk(_COMPOSITE, *args)
+
+
+def _cpu_decides(op, tensor, *args) -> None:
+    """Raises CPU's error for `op` on `args` (noted instead while tracing); returns if
+    CPU accepts the call."""
+    refused = refusal.cpus_error(op, refusal.schema_values(op, args, {}))
+    if refused is not None:
+        exc_type, message = refused
+        refusal.refuse(exc_type(message), tensor)
 
 
 def _dropout(input, p, train):
     """aten::dropout: CPU draws the training mask with `bernoulli_`, which has no
-    complex kernel (ATen's Dropout.cpp; an empty input or p == 0 draws nothing)."""
-    if train and 0 < p < 1 and input.numel() and input.is_complex():
-        refuse(not_implemented_for("bernoulli_scalar_cpu_", input.dtype), input)
-    return aten.dropout.default.decompose(input, p, train)
+    complex kernel (ATen's Dropout.cpp; p == 0 or an empty input draws nothing)."""
+    if train and p != 0 and input.numel() and input.is_complex():
+        _cpu_decides(aten.dropout.default, input, input, p, train)
+    return _composite(aten.dropout.default, input, p, train)
+
+
+def _is_subclass_like(t) -> bool:
+    # ATen's isTensorSubclassLike, less the fake tensors torch.compile traces with (a
+    # compiled call raises what the eager call raises).
+    return torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python) and not is_fake(t)
 
 
 def _max_pool1d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    """aten::max_pool1d: CPU's `max_pool1d_impl`, taken unless the input requires
-    grad, dispatches floating types only (ATen's MaxPooling.cpp)."""
-    if not self.dtype.is_floating_point and not (self.requires_grad and torch.is_grad_enabled()):
-        refuse(not_implemented_for("max_pool1d_impl", self.dtype), self)
-    return aten.max_pool1d.default.decompose(self, kernel_size, stride, padding, dilation, ceil_mode)
+    """aten::max_pool1d: CPU's `max_pool1d_impl`, taken unless the input requires grad
+    or is a tensor subclass, dispatches floating types only (ATen's MaxPooling.cpp)."""
+    if (not self.dtype.is_floating_point and not (self.requires_grad and torch.is_grad_enabled())
+            and not _is_subclass_like(self)):
+        _cpu_decides(aten.max_pool1d.default, self, self, kernel_size, stride, padding, dilation, ceil_mode)
+    return _composite(aten.max_pool1d.default, self, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 ROUTES = {aten.dropout.default: _dropout, aten.max_pool1d.default: _max_pool1d}

@@ -29,6 +29,7 @@ import threading
 from typing import Dict, Optional, Tuple
 
 import torch
+from torch._dispatch.python import no_python_dispatcher
 from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -68,8 +69,9 @@ def _copy(value):
 def _call(op, values, convert):
     """Runs `op` on `convert`ed `values` (schema order) without side effects."""
     # Outside any dispatch mode: a compiled graph's fake tensor mode would make the CPU
-    # stand-ins fake too.
-    with _disable_current_modes(), unset_fake_temporarily(), python_warnings_hidden(), \
+    # stand-ins fake too; and outside the Python dispatcher AOTAutograd traces under,
+    # which runs PyTorch's Python decompositions in place of CPU's kernels.
+    with _disable_current_modes(), unset_fake_temporarily(), no_python_dispatcher(), python_warnings_hidden(), \
             torch.random.fork_rng(devices=[]), torch.no_grad():
         args, kwargs = [], {}
         for argument, value in zip(op._schema.arguments, values):
@@ -92,6 +94,19 @@ def raise_cpus_error(op: torch._ops.OpOverload, values) -> None:
         _call(op, values, _copy)
     except Exception as cpu:  # noqa: BLE001 - whatever CPU raises is the error to raise
         raise cpu from None
+
+
+def cpus_error(op: torch._ops.OpOverload, values) -> Optional[Tuple[type, str]]:
+    """(type, message) of the error CPU raises for `op` (an ATen overload) on `values`
+    (its arguments in schema order), None if CPU accepts the call: run on CPU copies,
+    or, where the tensors are fake (torch.compile tracing), on stand-ins of their shapes
+    and dtypes."""
+    fake = any(is_fake(v) for v in values if isinstance(v, torch.Tensor))
+    try:
+        _call(op, values, (lambda v: _standin(v, "cpu", False)) if fake else _copy)
+    except Exception as exc:  # noqa: BLE001 - whatever CPU raises is the answer
+        return type(exc), str(exc)
+    return None
 
 
 def _tiny(shape) -> tuple:
