@@ -115,6 +115,11 @@ _LCE_DEVICE_POLICY = (
     "with float32 accumulation, on a device neither CPU nor CUDA the 'compact' policy accumulating in the input "
     "dtype. Passing CPU's resolved options (acc_policy='accurate', acc_dtype=torch.float32) on neuron gives CPU's "
     "result exactly on each of these samples")
+_SVD_LOWRANK_RANDOM = (
+    "random: from sample 8 on the samples pass M, so A - M has full rank and its rank-q approximation "
+    "depends on the random test matrix svd_lowrank draws (Halko et al.'s randomized range finder) from "
+    "neuron's generator, not CPU's; on CPU alone two seeds give results 0.26 apart on sample 8 (float64). "
+    "complex64's gradients happen to stay within tolerance and are not listed")
 _LINEAR_INTERPOLATIONS = ("nn.functional.interpolate.linear", "nn.functional.interpolate.trilinear")
 _BATCH_NORMS = ("_batch_norm_with_update", "_native_batch_norm_legit", "native_batch_norm", "nn.functional.batch_norm")
 
@@ -164,6 +169,12 @@ _LATER_HALF_ROUNDING = {
     ("nn.functional.max_pool3d", "backward", "float16"): (3, 0.000275, 0.000122),
     ("masked.log_softmax", "forward", "float16"): (4, 0.00371, 0.00371),
     ("_segment_reduce.offsets", "forward", "bfloat16"): (33, 0.0234, 0.0156),
+    ("_segment_reduce.lengths", "forward", "bfloat16"): (33, 0.0234, 0.0156),
+    ("masked.logsumexp", "forward", "bfloat16"): (43, 0.00256, 0.000374),
+    ("masked.logsumexp", "forward", "float16"): (78, 0.000414, 0.00024),
+    ("masked.logsumexp", "backward", "bfloat16"): (21, 0.0145, 0.00897),
+    ("masked.logsumexp", "backward", "float16"): (21, 0.000807, 0.000807),
+    ("special.polygamma.special_polygamma_n_0", "backward", "bfloat16"): (4, 1.12e11, 1.12e11),
     ("polygamma.polygamma_n_0", "backward", "bfloat16"): (4, 1.12e11, 1.12e11),
     ("grid_sampler_3d", "backward", "bfloat16"): (1, 19.1, 0.0547),
     ("grid_sampler_3d", "backward", "float16"): (1, 0.263, 0.00807),
@@ -247,6 +258,18 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "recording, and CPU's autograd gives it no gradient; the sweep's device copy of it is a leaf of its "
              "own and gets one. With a copy of the window on both sides the gradients agree (the first three "
              "elements equal to 1e-7)"),
+    **_cases(("linalg.cond",), ("forward", "noncontiguous", "backward"), ("complex64",),
+             "complex64 rounding: the condition number divides the largest singular value by the smallest, each "
+             "from XLA's SVD (not LAPACK's gesdd); on sample 1 cond is 60.81 and differs by 1.1e-4 (relative "
+             "1.9e-6, tolerance 1.3e-6). Against complex128: forward CPU 3.0e-5, neuron 8.5e-5; backward CPU "
+             "2.3e-6, neuron 5.6e-6"),
+    ("grid_sampler_2d", "backward", "float32"):
+        "float32 rounding: the grid's gradient sums the four corners' terms in another order; on sample 12 one of "
+        "520 elements differs by 5.4e-5 (tolerance 2e-5). Against float64 CPU's largest error is 8.5e-5, neuron's "
+        "8.1e-5",
+    **{key: _SVD_LOWRANK_RANDOM for key in _cases(("svd_lowrank",), ("forward", "noncontiguous", "backward"),
+                                                  ("float32", "float64", "complex64", "complex128"), "")
+       if key != ("svd_lowrank", "backward", "complex64")},
     ("stft", "backward", "float32"):
         "float32 rounding: on sample 8 one of 16 elements of a gradient differs by 5.3e-5 at magnitude 28 "
         "(relative 1.9e-6, tolerance 1.3e-6). Against float64 CPU's largest error is 7.0e-5, neuron's 2.7e-5",
@@ -480,6 +503,11 @@ FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
     **{(name, "backward", dtype): first for name in ("linalg.svd", "svd")
        for dtype, first in (("float32", 66), ("complex64", 64))},
     ("istft", "backward", "complex64"): 8,
+    **{key: 1 for key in _cases(("linalg.cond",), ("forward", "noncontiguous", "backward"), ("complex64",), "")},
+    **{("svd_lowrank", check, dtype): first for dtype, first in (("float32", 14), ("float64", 8), ("complex64", 12),
+                                                                 ("complex128", 8))
+       for check in ("forward", "noncontiguous", "backward") if (check, dtype) != ("backward", "complex64")},
+    ("grid_sampler_2d", "backward", "float32"): 12,
     ("istft", "backward", "complex128"): 8,
     ("stft", "backward", "float32"): 8,
     ("matrix_exp", "forward", "float32"): 1,
