@@ -128,9 +128,12 @@ def test_ctrl_c_kills_the_workers_and_keeps_the_results_file(tmp_path, when):
     # Output to a file: the fork server and workers inherit it, so a pipe would stay
     # open as long as any of them runs.
     with open(tmp_path / "stderr", "w") as err:
+        # SIGINT's default action in the child, as from a terminal: a test run started as a
+        # background job of a non-interactive shell ignores SIGINT, and exec keeps that.
         proc = subprocess.Popen([sys.executable, "-m", "torchneuron", "sweep", "--model", "timm/coat_lite_tiny",
                                  "--timeout", "600", "--out", str(out), "--report", ""],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+                                env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         while not (_fork_server_of(str(tmp)) if when == "starting"
