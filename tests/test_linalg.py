@@ -591,3 +591,9 @@ def test_addmv_of_an_empty_matrix_is_beta_self(dtype):
             want = torch.addmv(*args, beta=beta)
             got = torch.addmv(*[a.to("neuron") for a in args], beta=beta)
             assert got.shape == want.shape and torch.equal(got.cpu(), want), (self_shape, beta)
+            # out= takes the same shape (PyTorch's meta kernel of addmv.out gave mat.size(0)).
+            for out_shape in ((5,), (0,), ()):
+                want_out = torch.addmv(*args, beta=beta, out=torch.empty(out_shape, dtype=dtype))
+                out = torch.empty(out_shape, dtype=dtype, device="neuron")
+                got_out = torch.addmv(*[a.to("neuron") for a in args], beta=beta, out=out)
+                assert got_out is out and torch.equal(out.cpu(), want_out), (self_shape, beta, out_shape)

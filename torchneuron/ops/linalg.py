@@ -132,7 +132,6 @@ def _addmv_checks(self, mat, vec) -> None:
                            f"vec ({vec.shape[0]})")
 
 
-@meta_check(aten.addmv.out)
 def _addmv_meta_check(self, mat, vec, **_):
     """CPU's addmv: its Meta function's checks, then its kernel's dtype check (which
     PyTorch's Meta kernel words with torch dtypes)."""
@@ -152,6 +151,20 @@ def _addmv_meta(self, mat, vec, *, beta=1, alpha=1):
     _addmv_meta_check(self, mat, vec)
     shape = tuple(self.shape) if mat.numel() == 0 and beta != 0 else (mat.shape[0],)
     return self.new_empty(shape)
+
+
+@meta_kernel(aten.addmv.out)
+def _addmv_out_meta(self, mat, vec, *, beta=1, alpha=1, out):
+    """CPU's addmv.out: `_addmv_meta`'s result shape, into `out` by PyTorch's out=
+    contract (resized, with its warning when it had elements; safe casts only). Its
+    empty-matrix shortcut resizes `out` to self's shape too, where PyTorch's meta kernel
+    gives mat.size(0) elements."""
+    from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
+
+    result = _addmv_meta(self, mat, vec, beta=beta, alpha=alpha)
+    _maybe_resize_out(out, result.shape)
+    _safe_copy_out(copy_from=result, copy_to=out, exact_dtype=False)
+    return out
 
 
 @meta_check(aten.mv.default, aten.mv.out)
