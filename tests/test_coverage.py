@@ -83,20 +83,31 @@ def test_rates_of_a_check_with_no_passing_pair():
 
 def test_samples_that_read_beyond_their_view_run_on_the_same_storage():
     # as_strided.partial_views passes base[5:15] with storage offsets that read the rest
-    # of base: a copy of the view alone would give neuron other elements than CPU.
+    # of base: a copy of the view alone would give neuron other elements than CPU. The
+    # in-place check's CPU copy is made the same way (a clone of the view gave CPU others).
     op = next(op for op in op_db if op.name == "as_strided" and op.variant_test_name == "partial_views")
-    for check in ("forward", "backward"):
+    for check in ("forward", "backward", "inplace"):
         assert opinfo.run_check(op, torch.float32, check, 3).status == NATIVE
     base = torch.arange(20.)
-    dev = to_device(base[5:15], "neuron")
-    assert (dev.storage_offset(), dev.stride()) == (5, (1,))
-    assert torch.equal(dev.as_strided((2, 2), (1, 2), 0).cpu(), base.as_strided((2, 2), (1, 2), 0))
+    for device in ("neuron", "cpu"):
+        dev = to_device(base[5:15], device)
+        assert (dev.storage_offset(), dev.stride()) == (5, (1,))
+        assert torch.equal(dev.as_strided((2, 2), (1, 2), 0).cpu(), base.as_strided((2, 2), (1, 2), 0))
+        dev.as_strided_((1,), (1,), 0).fill_(-1.)  # a copy: base is not written
+    assert torch.equal(base, torch.arange(20.))
     real = torch.view_as_real(torch.randn(6, dtype=torch.cfloat))[1:4]  # a base of another dtype: copied
     assert torch.equal(to_device(real, "neuron").cpu(), real)
     c = torch.randn(3, 4, dtype=torch.cfloat)
     for view in (c[1].conj(), c.conj()[1:], c[1]._neg_view()):  # math bits kept in the values
         assert torch.equal(to_device(view, "neuron").cpu().resolve_conj().resolve_neg(),
                            view.resolve_conj().resolve_neg())
+
+
+def test_inplace_check_copies_samples_with_dtype_arguments():
+    # SampleInput.transform maps dtype arguments too (cumsum's dtype=): the in-place
+    # check's CPU copy cloned them and failed at sample 3.
+    op = next(op for op in op_db if op.name == "cumsum")
+    assert opinfo.run_check(op, torch.float32, "inplace", 4).status == NATIVE
 
 
 def test_noncontiguous_cases_take_the_forward_cases_first_failing_sample():

@@ -241,8 +241,7 @@ def _out(op, dtype, limit) -> Outcome:
 
         dev = _on_device(op, sample)
         try:  # CPU refuses this out= call (some ops take their outs by other names): so must neuron
-            cpu_returned = _call(op, sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t),
-                                 out=out_arg("cpu")[1])
+            cpu_returned = _call(op, to_device(sample, "cpu"), out=out_arg("cpu")[1])
         except Exception as exc:  # noqa: BLE001
             return _raises_too(exc, rec, lambda: _call(op, dev, out=out_arg(DEVICE)[1]), "for out=")
         with rec.watch():
@@ -269,7 +268,7 @@ def _inplace(op, dtype, limit) -> Outcome:
     fn = op.inplace_variant
 
     def body(sample, rec):
-        cpu = sample.transform(torch.clone)
+        cpu = to_device(sample, "cpu")  # a copy, views of part of their storage included
         dev = _on_device(op, sample)
         try:
             want = _call(fn, cpu)

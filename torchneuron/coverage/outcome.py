@@ -79,7 +79,7 @@ def describe(exc: BaseException, limit: int = 300) -> str:
 
 def to_device(v, device: str):
     """A copy of a (nested) value or an OpInfo SampleInput with every tensor on
-    `device`, as a leaf that requires grad when the original did; a view of part of
+    `device` (a copy on the same device too), as a leaf that requires grad when the original did; a view of part of
     a contiguous base stays such a view (same sizes, strides and storage offset; views
     with a conjugate or negative bit are copied, resolving the bit)."""
     def move(t):
@@ -92,9 +92,9 @@ def to_device(v, device: str):
                 # A view of part of its storage: an op may read the rest (as_strided
                 # with a storage offset), so the device tensor is the same view of a
                 # copy of the whole base.
-                out = base.detach().to(device).as_strided(t.size(), t.stride(), t.storage_offset())
+                out = base.detach().to(device, copy=True).as_strided(t.size(), t.stride(), t.storage_offset())
             else:
-                out = t.detach().to(device)
+                out = t.detach().to(device, copy=True)
         return out.requires_grad_(t.requires_grad)
     if hasattr(v, "transform"):  # SampleInput, which pytree does not traverse
         out = v.transform(move)
