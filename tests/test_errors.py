@@ -401,6 +401,13 @@ DTYPE_REFUSALS = {
     "histc_complex": lambda d: torch.histc(_O(d, 3, dtype=_C)),  # integers are taken, as on CUDA
     "avg_pool1d_int8": lambda d: F.avg_pool1d(_O(d, 1, 2, 4, dtype=torch.int8), 2),
     "group_norm_complex": lambda d: F.group_norm(_O(d, 2, 4, 3, dtype=_C), 2),
+    # where the meta kernel refuses the dtype itself, a stand-in dtype bounds the output
+    "replication_pad_bool_crop": lambda d: F.pad(_O(d, 2, 2, 4, 4, dtype=_B), (0, 0, 2, -4), mode="replicate"),
+    # real-shape stand-ins of an output above 65,536 elements
+    "conv_transpose3d_int": lambda d: F.conv_transpose3d(
+        _O(d, 2, 2, 4, 4, 4, dtype=torch.int32), _O(d, 2, 2, 4, 5, 6, dtype=torch.int32),
+        _O(d, 4, dtype=torch.int32), stride=(3, 2, 1), padding=(1, 2, 3), output_padding=(2, 3, 1), groups=2,
+        dilation=4),
     # decomposed ops and host kernels
     "glu_bool": lambda d: F.glu(_O(d, 4, dtype=_B)),
     "logaddexp_uint8": lambda d: torch.logaddexp(_O(d, 3, dtype=torch.uint8), _O(d, 3, dtype=torch.uint8)),
@@ -428,6 +435,9 @@ DTYPE_REFUSALS = {
     "max_pool1d_complex_grad": lambda d: F.max_pool1d(_O(d, 1, 4, dtype=_C).requires_grad_(), 2),
     # CPU checks outside the kernels' AT_DISPATCH
     "native_dropout_int": lambda d: torch.native_dropout(_O(d, 3, dtype=_L), 0.5, True),
+    "max_dim_complex_0d": lambda d: torch.max(_O(d, dtype=_C), 0),
+    "min_dim_complex_0d": lambda d: torch.min(_O(d, dtype=_C), 0),
+    "aminmax_dim_complex_0d": lambda d: torch.aminmax(_O(d, dtype=_C), dim=0),
     "embedding_max_norm_int": lambda d: F.embedding(torch.tensor([0, 1], device=d), _O(d, 3, 2, dtype=_L),
                                                     max_norm=1.0),
 }

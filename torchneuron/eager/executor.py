@@ -404,6 +404,19 @@ class OpKernel:
         out = [next(it) if src is None else values[src] for src in self.return_src]
         return out[0] if len(out) == 1 else tuple(out)
 
+    def _refuse_resizing_an_input(self, out: torch.Tensor, shape) -> None:
+        """Raises for an out= tensor that is also an input and would be resized to
+        `shape`: TensorIterator's RuntimeError for elementwise ops (`mark_resize_outputs`
+        resizes no output that is also an input: torch.mul(a, b, out=a) must not
+        broadcast a); for other kernels, which resize it and then read the resized
+        memory (CPU's sum(a, 0, out=a) gives zeros, amax raises IndexError), a
+        RuntimeError rather than a result that depends on that order."""
+        if self.checks_overlap or self.functional is not None:
+            raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")
+        raise RuntimeError(f"{self.op.name()}: the out= tensor is also an input and would have to be resized from "
+                           f"{list(out.shape)} to {list(shape)}, after which the kernel reads what it writes; pass a "
+                           "separate out= tensor")
+
     # ------------------------------------------------------------------ compile path
     def _compile(self, key, values, tensors, metas, dyn, device) -> Optional[_Entry]:
         """Plans and traces the executable for this call's signature; None when out=
@@ -413,6 +426,8 @@ class OpKernel:
             resized = False
             for i, m in zip(self.out_idx, metas_out):
                 if m is not None and tuple(values[i].shape) != tuple(m[0]):
+                    if any(values[j] is values[i] for j in self.in_idx):
+                        self._refuse_resizing_an_input(values[i], m[0])
                     values[i].resize_(m[0])
                     # A resized out tensor takes the strides the meta kernel chose, as
                     # ATen's structured kernels do (linalg results are column-major).

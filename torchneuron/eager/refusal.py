@@ -37,8 +37,9 @@ from .. import _extension
 from ..runtime.quiet import python_warnings_hidden
 
 # Largest total output, and inputs of real-shape stand-ins, (elements) of a probe: an
-# argument such as a size list or `num_classes` can ask for any amount of memory.
-_ELEMENT_LIMIT = 1 << 16
+# argument such as a size list or `num_classes` can ask for any amount of memory, and a
+# probe CPU accepts computes the whole call once per signature.
+_ELEMENT_LIMIT = 1 << 18
 
 #: Ops whose lowering takes dtypes CPU's kernel does not, as CUDA's does, because
 #: libraries rely on them off the CPU: op -> why. The probe does not ask CPU about them.
@@ -198,9 +199,12 @@ def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
         try:
             size = _elements(_call(op, values, lambda v: _standin(v, "meta", shrink)))
         except Exception:  # noqa: BLE001 - the meta kernel refuses the call
-            if not shrink:
-                return None
-            size = 0
+            if shrink:
+                size = 0
+            else:  # it may refuse the dtype itself (replication_pad2d of bool): ask it of another
+                size = _meta_size_in(op, values, _other_floating(values))
+                if size is None:
+                    return None
         if size > _ELEMENT_LIMIT:
             return None
         refusal = _outcome(op, values, shrink, None)
@@ -214,10 +218,23 @@ def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
             # A dtype refusal unless stand-ins of another floating dtype meet the very
             # same error: the dispatcher's "Could not run" for an op with no CPU
             # kernel, a stub's.
-            other = torch.float64 if _has_dtype(values, torch.float32) else torch.float32
-            return refusal if _outcome(op, values, shrink, other) != refusal else None
+            return refusal if _outcome(op, values, shrink, _other_floating(values)) != refusal else None
         # any other error: the stand-ins do not fit; try the real shapes
     return None
+
+
+def _other_floating(values) -> torch.dtype:
+    """A floating dtype that is not the call's float32 (float32 otherwise)."""
+    return torch.float64 if _has_dtype(values, torch.float32) else torch.float32
+
+
+def _meta_size_in(op, values, dtype) -> Optional[int]:
+    """Elements of the result of the meta kernel on real-shape stand-ins of `dtype`, or
+    None where it refuses those too."""
+    try:
+        return _elements(_call(op, values, lambda v: _standin(v, "meta", False, dtype)))
+    except Exception:  # noqa: BLE001 - nothing bounds the output
+        return None
 
 
 def _empty_result(op, values) -> bool:

@@ -22,7 +22,7 @@ from torch._prims_common import canonicalize_dim
 
 from ..eager import refusal
 from ..runtime import dtypes as dt
-from ._common import acc_type, convert, half_rounding, is_float, true_divide
+from ._common import acc_type, convert, half_rounding, is_float, scalar_type_name, true_divide
 from .factory import float_linspace
 from .indexing import not_implemented
 from .registry import context, lowering, meta_check, meta_impl
@@ -235,7 +235,12 @@ def min_(self):
 
 @lowering(aten.aminmax.default)
 def aminmax(self, dim=None, keepdim=False):
-    """`aten::aminmax`: (amin, amax) over one dim or all."""
+    """`aten::aminmax`: (amin, amax) over one dim or all. Complex input over the dim of
+    a 0-dim tensor raises CPU's RuntimeError (its kernel copies a scalar through; other
+    shapes reach the reduction's dtype dispatch, whose NotImplementedError the dtype
+    probe raises)."""
+    if dim is not None and self.ndim == 0 and jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise RuntimeError(f"aminmax not implemented for {scalar_type_name(self.dtype)}")
     axes = _axes(dim, self.ndim)
     return _shaped(_extreme(self, axes, False), 0), _shaped(_extreme(self, axes, True), 1)
 
@@ -270,10 +275,16 @@ def argmin(self, dim=None, keepdim=False):
 
 
 def _extreme_dim(self, dim, largest):
+    """CPU's max.dim/min.dim: the zero-size check, then complex input raises (0-dim
+    tensors too), then the reduction."""
+    name = "max" if largest else "min"
+    if self.ndim:
+        _nonempty_dim(self, dim % self.ndim, name)
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise RuntimeError(f"{name}(): does not support complex input")
     if self.ndim == 0:
         return _shaped(self, 0), _shaped(jnp.zeros((), jnp.int64), 1)
     axis = dim % self.ndim
-    _nonempty_dim(self, axis, "max" if largest else "min")
     idx = _arg_extreme(self, axis, largest)
     values = jnp.take_along_axis(self, jnp.expand_dims(idx, axis), axis=axis)
     return _shaped(values, 0), _shaped(idx, 1)
