@@ -110,6 +110,14 @@ def test_inplace_check_copies_samples_with_dtype_arguments():
     assert opinfo.run_check(op, torch.float32, "inplace", 4).status == NATIVE
 
 
+def test_out_check_compares_with_cpus_out_call():
+    # CPU's linear(out=) adds the bias after the product, rounding twice, where its
+    # functional linear rounds once: neuron's out= matches the former, as it should.
+    op = next(op for op in op_db if op.name == "nn.functional.linear")
+    torch.manual_seed(0)
+    assert opinfo.run_check(op, torch.float16, "out", 4).status == NATIVE
+
+
 def test_noncontiguous_cases_take_the_forward_cases_first_failing_sample():
     # A forward case listed from a later sample passes a shorter run, and so does its
     # non-contiguous case, which inherits the forward case's reason.

@@ -633,3 +633,15 @@ def test_ops_without_a_cpu_half_kernel_raise_like_cpu(name, dtype):
     assert _raised(lambda d: fn(torch.full((3,), 0.25, dtype=dtype, device=d)), "neuron") == cpu
     x = torch.full((3,), 0.25)
     assert torch.allclose(fn(x.to("neuron")).cpu(), fn(x), equal_nan=True)
+
+
+def test_tensors_of_more_than_64_dims_cross_to_and_from_the_host():
+    # NumPy holds at most 64 dims and torch more: the transfers failed with ValueError,
+    # and so did asking CPU for its error ("only tensors with up to 64 dims are
+    # supported", aminmax's error input).
+    x = torch.arange(6.).reshape([1] * 30 + [2] + [1] * 34 + [3])
+    dev = x.to("neuron")
+    assert torch.equal(dev.cpu(), x)
+    assert torch.equal(dev.transpose(30, 65).cpu(), x.transpose(30, 65))
+    for fn in (lambda t: torch.aminmax(t, dim=-1), lambda t: torch.amax(t, dim=64)):
+        assert _raised(lambda d: fn(x.to(d)), "neuron") == _raised(lambda d: fn(x.to(d)), "cpu")

@@ -57,7 +57,8 @@ def _to_host(self: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     host = transfer.device_to_host(src, _tensor_meta(src))
     if not host.flags.c_contiguous:
         host = host.copy()
-    self.copy_(conj_neg(dtypes.from_numpy(host), src.is_conj(), src.is_neg()))
+    values = dtypes.from_numpy(host).view(src.shape)  # (its size-1 dims past NumPy's 64)
+    self.copy_(conj_neg(values, src.is_conj(), src.is_neg()))
     return self
 
 

@@ -16,7 +16,7 @@ def host_to_device(src: torch.Tensor, device_index: int):
     RuntimeError in a forked child of a device-using process (pjrt.check_not_forked)."""
     pjrt.check_not_forked()
     with profiler.record("neuron::host_to_device", [src]):
-        values = dtypes.numpy_view(src.detach().contiguous()).reshape(-1)
+        values = dtypes.numpy_view(src.detach().contiguous().reshape(-1))
         host = _aligned_empty(values.size, values.dtype)
         np.copyto(host, values)
         metrics.count("bytes_host_to_device", host.nbytes)
@@ -47,8 +47,12 @@ def covers_storage(meta) -> bool:
     return offset == 0 and views.is_contiguous(shape, stride) and numel * dtype.itemsize == nbytes
 
 
+_NUMPY_MAXDIMS = 64
+
+
 def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
-    """The values of a `neuron` tensor as a NumPy array of its shape (blocks).
+    """The values of a `neuron` tensor as a NumPy array of its shape (blocks); past
+    NumPy's 64 dims, which torch tensors may have, of its shape less its size-1 dims.
 
     A synchronization point: raises pending device-side check failures first, and
     refuses to run in a forked child of a device-using process (pjrt.check_not_forked).
@@ -56,6 +60,10 @@ def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
     pjrt.check_not_forked()
     checks.raise_pending()
     handle, shape, stride, offset, dtype, index, nbytes = meta
+    if len(shape) > _NUMPY_MAXDIMS:  # size-1 dims do not change which elements are read
+        kept = [(n, st) for n, st in zip(shape, stride) if n != 1]
+        shape, stride = [n for n, _ in kept], [st for _, st in kept]
+        meta = (handle, shape, stride, offset, dtype, index, nbytes)
     jdt = dtypes.to_jax(dtype)
     buf = storage.buffers.get(handle)
     if buf is None:
