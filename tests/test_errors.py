@@ -643,5 +643,7 @@ def test_tensors_of_more_than_64_dims_cross_to_and_from_the_host():
     dev = x.to("neuron")
     assert torch.equal(dev.cpu(), x)
     assert torch.equal(dev.transpose(30, 65).cpu(), x.transpose(30, 65))
+    for empty in (torch.zeros([0] * 70), torch.zeros([0] + [2] * 62)):  # too big for NumPy's shapes
+        assert torch.equal(empty.to("neuron").cpu(), empty)
     for fn in (lambda t: torch.aminmax(t, dim=-1), lambda t: torch.amax(t, dim=64)):
         assert _raised(lambda d: fn(x.to(d)), "neuron") == _raised(lambda d: fn(x.to(d)), "cpu")

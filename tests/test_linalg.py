@@ -579,6 +579,14 @@ def test_beta_zero_ignores_a_nan_self(dtype):
         assert torch.equal(got.cpu(), want), name
 
 
+def _raised(fn, device="cpu"):
+    try:
+        fn(device)
+    except Exception as exc:  # noqa: BLE001 - comparing whatever is raised
+        return type(exc), str(exc)
+    return None, ""
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_addmv_of_an_empty_matrix_is_beta_self(dtype):
     # ATen's shortcut for an empty matrix multiplies beta * self into the result, which
@@ -597,3 +605,9 @@ def test_addmv_of_an_empty_matrix_is_beta_self(dtype):
                 out = torch.empty(out_shape, dtype=dtype, device="neuron")
                 got_out = torch.addmv(*[a.to("neuron") for a in args], beta=beta, out=out)
                 assert got_out is out and torch.equal(out.cpu(), want_out), (self_shape, beta, out_shape)
+            # In place, self must have mat.size(0) elements, empty matrix or not.
+            want = _raised(lambda d: torch.full(self_shape, 3., dtype=dtype, device=d).addmv_(
+                torch.ones(m, k, dtype=dtype, device=d), torch.ones(k, dtype=dtype, device=d), beta=beta))
+            assert want[0] is not None and _raised(lambda d: torch.full(self_shape, 3., dtype=dtype, device=d).addmv_(
+                torch.ones(m, k, dtype=dtype, device=d), torch.ones(k, dtype=dtype, device=d), beta=beta),
+                "neuron") == want

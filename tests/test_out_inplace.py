@@ -93,25 +93,40 @@ def test_out_variants_without_a_kernel_of_their_own_stay_on_the_device():
 
 
 def test_an_out_tensor_that_is_an_input_is_not_broadcast():
-    # TensorIterator resizes no output that is also an input: these raise CPU's
-    # RuntimeError (neuron resized `a` to the broadcast shape). ldexp_ is ATen's
-    # mul_out(self, self, 2 ** other). A reduction into its own input fails clearly
-    # (CPU reads the memory it resized: sum gives zeros; neuron crashed with
-    # AttributeError).
-    a, b = torch.ones(5, 1), torch.ones(5)
+    # TensorIterator checks its outputs before it resizes any, and resizes no output
+    # that is also an input: these raise CPU's RuntimeError, with no resize warning and
+    # `a` left alone (neuron broadcast `a`; outer resized it before the overlap error).
+    # ldexp_ is ATen's mul_out(self, self, 2 ** other).
     for fn in (lambda a, b: torch.mul(a, b, out=a), lambda a, b: torch.add(b, a, out=a),
                lambda a, b: torch.where(a > 0, a, b, out=a), lambda a, b: a.ldexp_(b),
-               lambda a, b: torch.mul(b, a, out=b)):
-        _like_cpu(fn, a, b)
+               lambda a, b: torch.mul(b, a, out=b), lambda a, b: torch.outer(b, b, out=b)):
+        a, b = torch.ones(5, 1, device="neuron"), torch.ones(5, device="neuron")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _like_cpu(fn, a.cpu(), b.cpu())
+            with pytest.raises(RuntimeError):
+                fn(a, b)
         assert a.shape == (5, 1) and b.shape == (5,)
-    x = torch.ones(2, 3, device="neuron")
-    with pytest.raises(RuntimeError, match="also an input"):
-        torch.sum(x, 0, out=x)
-    assert x.shape == (2, 3)
     c = torch.randn(5, 5)
     want = c * 2
     d = c.to("neuron")
     assert torch.mul(d, 2, out=d) is d and torch.equal(d.cpu(), want)  # no resize: computes
+
+
+def test_other_kernels_resize_an_out_tensor_that_is_an_input():
+    # As CPU's kernels do, from the shapes before the resize; beta=0 never reads self.
+    def addmm(s, a, b):
+        return torch.addmm(s, a, b, beta=0, out=s)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the resize warning, as on CPU
+        check(addmm, torch.randn(1, 1), torch.randn(2, 3), torch.randn(3, 4))
+        # A reduction into its own input changes the result's shape again once resized:
+        # CPU's kernel then reads what it wrote (zeros); neuron refuses (it crashed
+        # with AttributeError).
+        x = torch.ones(2, 3, device="neuron")
+        with pytest.raises(RuntimeError, match="also an input"):
+            torch.sum(x, 0, out=x)
 
 
 def test_resize_to_the_same_size_keeps_the_strides():

@@ -248,6 +248,12 @@ class OpKernel:
             if entry is None:  # out= tensors were resized: their geometry changed
                 key, tensors, metas, dyn, device = self._signature(values)
                 entry = self.cache.get(key) or self._compile_or_cpus_error(key, values, tensors, metas, dyn, device)
+                if entry is None:
+                    # The resized out= tensor is also an input, so the result's shape
+                    # moved again. CPU's kernel reads what it wrote (sum(a, 0, out=a)
+                    # gives zeros; amax raises IndexError): refused, not guessed.
+                    raise RuntimeError(f"{self.op.name()}: the out= tensor is also an input, and resizing it changes "
+                                       "the result's shape; pass a separate out= tensor")
             current = self.cache.get(key)
             if current is None:
                 executable_cache.admit(self.cache, key, entry)
@@ -404,30 +410,39 @@ class OpKernel:
         out = [next(it) if src is None else values[src] for src in self.return_src]
         return out[0] if len(out) == 1 else tuple(out)
 
-    def _refuse_resizing_an_input(self, out: torch.Tensor, shape) -> None:
-        """Raises for an out= tensor that is also an input and would be resized to
-        `shape`: TensorIterator's RuntimeError for elementwise ops (`mark_resize_outputs`
-        resizes no output that is also an input: torch.mul(a, b, out=a) must not
-        broadcast a); for other kernels, which resize it and then read the resized
-        memory (CPU's sum(a, 0, out=a) gives zeros, amax raises IndexError), a
-        RuntimeError rather than a result that depends on that order."""
-        if self.checks_overlap or self.functional is not None:
-            raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")
-        raise RuntimeError(f"{self.op.name()}: the out= tensor is also an input and would have to be resized from "
-                           f"{list(out.shape)} to {list(shape)}, after which the kernel reads what it writes; pass a "
-                           "separate out= tensor")
+    def _check_elementwise_outs(self, values) -> None:
+        """TensorIterator's checks of out= tensors, made before anything is resized (and
+        before the meta kernel, which warns of a resize): a written tensor that
+        overlaps itself or part of an input raises (`compute_mem_overlaps`: outer(a, b,
+        out=a) leaves `a` alone); one that is itself an input is never resized
+        (`mark_resize_outputs`: torch.mul(a, b, out=a) must not broadcast a)."""
+        outs = [t for t in _flatten([values[i] for i in self.out_idx]) if isinstance(t, torch.Tensor)]
+        ins = [t for t in _flatten([values[j] for j in self.in_idx]) if isinstance(t, torch.Tensor)]
+        if self.checks_overlap:  # (tensors on other devices: the meta kernel raises for those)
+            metas = [[_tensor_meta(t) for t in ts if t.device.type not in ("cpu", "meta")] for ts in (outs, ins)]
+            overlap.check(*metas)
+        aliased = [o for o in outs if any(t is o for t in ins)]
+        if not aliased:
+            return
+        try:
+            shape = list(torch.broadcast_shapes(*(t.shape for t in ins)))
+        except RuntimeError:
+            return  # the meta kernel raises CPU's error for the inputs
+        for o in aliased:
+            if list(o.shape) != shape:
+                raise RuntimeError(f"output with shape {list(o.shape)} doesn't match the broadcast shape {shape}")
 
     # ------------------------------------------------------------------ compile path
     def _compile(self, key, values, tensors, metas, dyn, device) -> Optional[_Entry]:
         """Plans and traces the executable for this call's signature; None when out=
         tensors had to be resized first (the caller then signs the call again)."""
+        if self.mode == "out" and (self.checks_overlap or self.functional is not None):
+            self._check_elementwise_outs(values)
         metas_out, compute_metas = self._meta(values)
         if self.mode == "out":
             resized = False
             for i, m in zip(self.out_idx, metas_out):
                 if m is not None and tuple(values[i].shape) != tuple(m[0]):
-                    if any(values[j] is values[i] for j in self.in_idx):
-                        self._refuse_resizing_an_input(values[i], m[0])
                     values[i].resize_(m[0])
                     # A resized out tensor takes the strides the meta kernel chose, as
                     # ATen's structured kernels do (linalg results are column-major).

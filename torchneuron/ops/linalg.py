@@ -153,6 +153,18 @@ def _addmv_meta(self, mat, vec, *, beta=1, alpha=1):
     return self.new_empty(shape)
 
 
+@meta_kernel(aten.addmv_.default)
+def _addmv_inplace_meta(self, mat, vec, *, beta=1, alpha=1):
+    """CPU's addmv_: `_addmv_meta_check`, then the structured kernel's in-place check
+    that self has mat.size(0) elements, whose shortcut for an empty matrix does not
+    apply here."""
+    _addmv_meta_check(self, mat, vec)
+    if tuple(self.shape) != (mat.shape[0],):
+        raise RuntimeError(f"Bad in-place call: input tensor size {list(self.shape)} and output tensor size "
+                           f"{[mat.shape[0]]} should match")
+    return self
+
+
 @meta_kernel(aten.addmv.out)
 def _addmv_out_meta(self, mat, vec, *, beta=1, alpha=1, out):
     """CPU's addmv.out: `_addmv_meta`'s result shape, into `out` by PyTorch's out=

@@ -52,7 +52,8 @@ _NUMPY_MAXDIMS = 64
 
 def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
     """The values of a `neuron` tensor as a NumPy array of its shape (blocks); past
-    NumPy's 64 dims, which torch tensors may have, of its shape less its size-1 dims.
+    NumPy's 64 dims, which torch tensors may have, of its shape less its size-1 dims;
+    of shape (0,) when it has no elements (0 x 2**62 is too big for NumPy's shapes).
 
     A synchronization point: raises pending device-side check failures first, and
     refuses to run in a forked child of a device-using process (pjrt.check_not_forked).
@@ -60,6 +61,8 @@ def device_to_host(t: torch.Tensor, meta) -> np.ndarray:
     pjrt.check_not_forked()
     checks.raise_pending()
     handle, shape, stride, offset, dtype, index, nbytes = meta
+    if 0 in shape:
+        return np.zeros((0,), dtype=dtypes.to_jax(dtype))
     if len(shape) > _NUMPY_MAXDIMS:  # size-1 dims do not change which elements are read
         kept = [(n, st) for n, st in zip(shape, stride) if n != 1]
         shape, stride = [n for n, _ in kept], [st for _, st in kept]
