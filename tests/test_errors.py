@@ -399,6 +399,7 @@ DTYPE_REFUSALS = {
     "kthvalue_complex": lambda d: torch.kthvalue(_O(d, 3, dtype=_C), 2),
     "pdist_half": lambda d: F.pdist(_O(d, 4, 3, dtype=torch.half)),  # one row returns before dispatching
     "histc_complex": lambda d: torch.histc(_O(d, 3, dtype=_C)),  # integers are taken, as on CUDA
+    "histc_bool_empty": lambda d: torch.histc(_O(d, 5, 0, dtype=_B), min=0, max=10),
     "avg_pool1d_int8": lambda d: F.avg_pool1d(_O(d, 1, 2, 4, dtype=torch.int8), 2),
     "group_norm_complex": lambda d: F.group_norm(_O(d, 2, 4, 3, dtype=_C), 2),
     # where the meta kernel refuses the dtype itself, a stand-in dtype bounds the output

@@ -161,6 +161,8 @@ _LATER_HALF_ROUNDING = {
     ("nn.functional.conv_transpose3d", "forward", "float16"): (8, 1.05, 0.244),
     ("nn.functional.conv3d", "backward", "float16"): (7, 0.00779, 0.00779),
     ("linalg.cross", "forward", "bfloat16"): (1, 0.275, 0.225),
+    ("linalg.cross", "out", "bfloat16"): (1, 0.275, 0.225),
+    ("linalg.cross", "out", "float16"): (1, 0.0276, 0.0276),
     ("cov", "backward", "bfloat16"): (24, 3.05e-05, 3.05e-05),
     ("nn.functional.linear_cross_entropy", "backward", "bfloat16"): (22, 0.0315, 0.0315),
     ("linalg.cross", "forward", "float16"): (1, 0.0276, 0.0276),

@@ -236,7 +236,9 @@ def _out(op, dtype, limit) -> Outcome:
             return 0
 
         def out_arg(device):
-            outs = [torch.empty(t.shape, dtype=t.dtype, device=device) for t in flat]
+            # The same values on both sides, not `empty`'s: an out= overload may leave
+            # its tensor unwritten, on CPU too (ATen's fft_ihfftn_out for a short `s`).
+            outs = [torch.full(t.shape, 7, dtype=t.dtype, device=device) for t in flat]
             return outs, outs[0] if isinstance(want, torch.Tensor) else spec.unflatten(outs)
 
         dev = _on_device(op, sample)

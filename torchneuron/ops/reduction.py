@@ -702,9 +702,9 @@ def _histc(self, bins=100, min=0, max=0):
     widened by 1 each side when that is empty too); values outside, and NaN, are not
     counted; a value equal to max goes to the last bin. Integer inputs are binned as
     on CUDA (transformers' MoE routing counts expert ids with them off the CPU); complex
-    ones are refused, as there."""
-    if jnp.issubdtype(self.dtype, jnp.complexfloating):
-        raise NotImplementedError("histc of a complex tensor")  # the CPU run words it
+    and bool ones are refused, as there (empty ones too)."""
+    if jnp.issubdtype(self.dtype, jnp.complexfloating) or self.dtype == jnp.bool_:
+        raise NotImplementedError(f"histc of a {self.dtype} tensor")  # the CPU run words it
     x = self.reshape(-1)
     float_input = is_float(self.dtype)
     _histc_range_check(min, max)
