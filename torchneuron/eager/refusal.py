@@ -194,7 +194,7 @@ def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
     where it refuses the call itself (no meta kernel, or one that words CPU's dtype
     refusal its own way), only the one-element stand-ins are asked."""
     for shrink in (True, False):
-        if not shrink and _elements(values) > _ELEMENT_LIMIT:
+        if not shrink and (_elements(values) > _ELEMENT_LIMIT or _all_tensors_in(values, _EVERY_KERNELS_DTYPES)):
             return None
         try:
             size = _elements(_call(op, values, lambda v: _standin(v, "meta", shrink)))
@@ -221,6 +221,18 @@ def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
             return refusal if _outcome(op, values, shrink, _other_floating(values)) != refusal else None
         # any other error: the stand-ins do not fit; try the real shapes
     return None
+
+
+#: Dtypes every CPU kernel that one-element stand-ins do not fit (convolutions, pools,
+#: norms: AT_DISPATCH_FLOATING_TYPES and wider) implements: a call with only these
+#: tensors skips the real-shape probe, which would compute the whole call on the CPU.
+_EVERY_KERNELS_DTYPES = (torch.float32, torch.float64)
+
+
+def _all_tensors_in(value, dtypes) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_all_tensors_in(v, dtypes) for v in value)
+    return not isinstance(value, torch.Tensor) or value.dtype in dtypes
 
 
 def _other_floating(values) -> torch.dtype:
