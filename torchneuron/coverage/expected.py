@@ -206,8 +206,8 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
        for dtype, (first, cpu, neuron) in (("float32", (4, 1.13e-5, 1.40e-5)), ("complex64", (7, 1.63e-5, 2.25e-6)))},
     **_cases(("add",), ("forward", "out", "inplace"), ("float16",),
              "half-precision rounding of alpha: CPU's scalar loop, which handles tensors shorter than one vector "
-        "(fewer than 32 float16 elements on this machine; the vector width depends on the CPU), rounds "
-        "alpha * other to float16 before adding, where its vector loop and neuron compute self + alpha * other "
+             "(fewer than 32 float16 elements on this machine; the vector width depends on the CPU), rounds "
+             "alpha * other to float16 before adding, where its vector loop and neuron compute self + alpha * other "
              "in float32 and round once: 1-ulp differences (max error vs float64 on sample 10: CPU 0.0107, "
              "neuron 0.00684)"),
     **_cases(("_native_batch_norm_legit",), ("forward",), ("float32", "float64"), _BN_EVAL_STATISTICS),
