@@ -408,7 +408,10 @@ _LOW_TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.complex64: dict(ato
             torch.float64: dict(atol=1e-10, rtol=1e-10), torch.complex128: dict(atol=1e-10, rtol=1e-10)}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128])
+# Each shape and dtype compiles gelsy's loops anew (about 3 s): CI runs one real and one
+# complex dtype, of the other precision each.
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), torch.float64, torch.complex64,
+                                   pytest.param(torch.complex128, marks=pytest.mark.slow)])
 def test_lstsq_gelsy_rank_deficient_matches_cpu(dtype):
     # Rank (exactly) and minimum-norm solution of the pivoted-QR complete orthogonal
     # factorization, tall, wide and square, batched, with a broadcast batch and a vector rhs.
@@ -427,7 +430,7 @@ def test_lstsq_gelsy_rank_deficient_matches_cpu(dtype):
     check(fn, A[0, 0], torch.randn(5, generator=gen, dtype=dtype), **tol)  # vector rhs
 
 
-def test_lstsq_gelsy_rank_threshold_and_edge_cases():
+def test_lstsq_gelsy_rank_threshold_and_scaling():
     gen = torch.Generator().manual_seed(1)
     # Singular values 1, 1e-2, 1e-4, 1e-6: each rcond between two of them keeps those above it.
     U = torch.linalg.qr(torch.randn(6, 4, generator=gen, dtype=torch.float64))[0]
@@ -442,21 +445,25 @@ def test_lstsq_gelsy_rank_threshold_and_edge_cases():
     # A negative rcond keeps every column (gelsy passes it to LAPACK unchanged).
     check(lambda a, b: torch.linalg.lstsq(a, b, rcond=-1.0), torch.randn(5, 3, generator=gen, dtype=torch.float64),
           torch.randn(5, 2, generator=gen, dtype=torch.float64))
-    fn = lambda a, b: torch.linalg.lstsq(a, b)  # noqa: E731
-    for dtype in (torch.float32, torch.complex128):
-        check(fn, torch.zeros(2, 3, 4, dtype=dtype), torch.randn(2, 3, 2, generator=gen).to(dtype))  # rank 0, X = 0
-        check(fn, torch.zeros(1, 1, dtype=dtype), torch.ones(1, 1, dtype=dtype))
-        check(fn, torch.full((1, 1), -2.5, dtype=dtype), torch.ones(1, 3, dtype=dtype))
-        check(fn, torch.randn(1, 4, generator=gen).to(dtype), torch.randn(1, 2, generator=gen).to(dtype), atol=1e-5,
-              rtol=1e-5)  # m = 1
-        check(fn, torch.randn(4, 1, generator=gen).to(dtype), torch.randn(4, 2, generator=gen).to(dtype), atol=1e-5,
-              rtol=1e-5)  # n = 1
-        check(fn, torch.randn(0, 3, 2, dtype=dtype), torch.randn(0, 3, 1, dtype=dtype))  # empty batch
-        check(fn, torch.randn(3, 2, generator=gen).to(dtype), torch.randn(3, 0, dtype=dtype))  # no rhs: rank 0
     # Huge and tiny entries are scaled into range first, as xGELSY does.
     A = _low_rank(gen, (), 5, 4, 2, torch.float32)
     for scale in (1e-33, 1e33):
-        check(fn, A * scale, torch.randn(5, 1, generator=gen), atol=1e-4, rtol=1e-4)
+        check(lambda a, b: torch.linalg.lstsq(a, b), A * scale, torch.randn(5, 1, generator=gen), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.complex128, marks=pytest.mark.slow)])
+def test_lstsq_gelsy_edge_shapes(dtype):
+    gen = torch.Generator().manual_seed(1)
+    fn = lambda a, b: torch.linalg.lstsq(a, b)  # noqa: E731
+    check(fn, torch.zeros(2, 3, 4, dtype=dtype), torch.randn(2, 3, 2, generator=gen).to(dtype))  # rank 0, X = 0
+    check(fn, torch.zeros(1, 1, dtype=dtype), torch.ones(1, 1, dtype=dtype))
+    check(fn, torch.full((1, 1), -2.5, dtype=dtype), torch.ones(1, 3, dtype=dtype))
+    check(fn, torch.randn(1, 4, generator=gen).to(dtype), torch.randn(1, 2, generator=gen).to(dtype), atol=1e-5,
+          rtol=1e-5)  # m = 1
+    check(fn, torch.randn(4, 1, generator=gen).to(dtype), torch.randn(4, 2, generator=gen).to(dtype), atol=1e-5,
+          rtol=1e-5)  # n = 1
+    check(fn, torch.randn(0, 3, 2, dtype=dtype), torch.randn(0, 3, 1, dtype=dtype))  # empty batch
+    check(fn, torch.randn(3, 2, generator=gen).to(dtype), torch.randn(3, 0, dtype=dtype))  # no rhs: rank 0
 
 
 def test_lstsq_gelsy_under_compile():
