@@ -648,3 +648,28 @@ def test_tensors_of_more_than_64_dims_cross_to_and_from_the_host():
         assert torch.equal(empty.to("neuron").cpu(), empty)
     for fn in (lambda t: torch.aminmax(t, dim=-1), lambda t: torch.amax(t, dim=64)):
         assert _raised(lambda d: fn(x.to(d)), "neuron") == _raised(lambda d: fn(x.to(d)), "cpu")
+
+
+def test_tensors_of_dtypes_xla_has_no_type_for_are_refused_at_creation():
+    # As MPS refuses float64: a complex32 tensor on neuron could never be computed on or
+    # read, so neither creation nor the copy to the device makes one.
+    from torchneuron.runtime.dtypes import TORCH_TO_JAX
+
+    # Quantized dtypes dispatch to a QuantizedPrivateUse1 key, which has no kernels.
+    quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+    every = {v for v in vars(torch).values() if isinstance(v, torch.dtype)} - quantized
+    for dtype in every:
+        if dtype in TORCH_TO_JAX:
+            assert torch.empty(2, dtype=dtype, device="neuron").dtype == dtype
+            assert torch.empty_strided((2, 2), (1, 2), dtype=dtype, device="neuron").stride() == (1, 2)
+        else:
+            with pytest.raises(TypeError, match="neuron does not support dtype"):
+                torch.empty(2, dtype=dtype, device="neuron")
+            with pytest.raises(TypeError, match="neuron does not support dtype"):
+                torch.empty_strided((2,), (1,), dtype=dtype, device="neuron")
+    with pytest.warns(UserWarning, match="ComplexHalf support is experimental"):
+        half_complex = torch.zeros(3, dtype=torch.complex32)
+    with pytest.raises(TypeError, match="neuron does not support dtype"):
+        half_complex.to("neuron")
+    with pytest.raises(TypeError, match="neuron does not support dtype"):
+        torch.ones(3, device="neuron").to(torch.complex32)
