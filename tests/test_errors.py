@@ -190,6 +190,44 @@ def test_scalar_overflow_raises_like_cpu(op):
             assert got[1] == want[1], (dtype, value)
 
 
+def _ones(device, dtype, *shape):
+    return torch.ones(*shape, dtype=dtype, device=device)
+
+
+# alpha/beta/weight read with Scalar::to<T>(): in the opmath type (addmm, baddbmm,
+# addbmm, lerp) or in the output type (addmv, addr).
+PRODUCT_SCALARS = {
+    "addmm_alpha": lambda d, t, v: torch.addmm(_ones(d, t, 2, 2), _ones(d, t, 2, 3), _ones(d, t, 3, 2), alpha=v),
+    "addmm_beta": lambda d, t, v: torch.addmm(_ones(d, t, 2, 2), _ones(d, t, 2, 3), _ones(d, t, 3, 2), beta=v),
+    "baddbmm_alpha": lambda d, t, v: torch.baddbmm(_ones(d, t, 1, 2, 2), _ones(d, t, 1, 2, 3), _ones(d, t, 1, 3, 2),
+                                                   alpha=v),
+    "addbmm_beta": lambda d, t, v: torch.addbmm(_ones(d, t, 2, 2), _ones(d, t, 2, 2, 3), _ones(d, t, 2, 3, 2), beta=v),
+    "addmv_alpha": lambda d, t, v: torch.addmv(_ones(d, t, 2), _ones(d, t, 2, 3), _ones(d, t, 3), alpha=v),
+    "addmv_beta": lambda d, t, v: torch.addmv(_ones(d, t, 2), _ones(d, t, 2, 3), _ones(d, t, 3), beta=v),
+    "addr_alpha": lambda d, t, v: torch.addr(_ones(d, t, 2, 2), _ones(d, t, 2), _ones(d, t, 2), alpha=v),
+    "lerp": lambda d, t, v: torch.lerp(_ones(d, t, 2), _ones(d, t, 2) * 3, v),
+}
+
+
+@pytest.mark.parametrize("op", PRODUCT_SCALARS, ids=str)
+def test_matrix_product_scalars_convert_like_cpu(op):
+    """A complex alpha/beta with a non-zero imaginary part on real tensors raises CPU's
+    overflow error (it was dropped); values past the type's range raise too."""
+    fn = PRODUCT_SCALARS[op]
+    cases = [(torch.float32, 1j), (torch.float64, 2 - 1j), (torch.float16, 1e5), (torch.float32, 2.5)]
+    if op != "lerp":
+        cases += [(torch.uint8, 300), (torch.int8, -129), (torch.int64, 3), (torch.complex64, 1j)]
+    for dtype, value in cases:
+        with no_fallback():
+            got = _outcome(lambda _: fn("neuron", dtype, value), "neuron", dtype)
+        want = _outcome(lambda _: fn("cpu", dtype, value), "cpu", dtype)
+        assert got[0] is want[0], (dtype, value, got, want)
+        if want[0] is None:
+            assert torch.equal(got[1], want[1]), (dtype, value)
+        else:
+            assert got[1] == want[1], (dtype, value)
+
+
 def test_add_alpha_kind_errors_like_cpu():
     """CPU's alpha_check: bool alpha needs a bool result, a floating one a floating
     result; RuntimeError (PyTorch's meta kernel raised ValueError)."""

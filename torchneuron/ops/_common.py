@@ -217,6 +217,21 @@ def check_scalar(value, dtype) -> None:
     context().check(jnp.logical_not(_overflows(value, kind, dtype, jnp)), RuntimeError, message)
 
 
+def scalar_to(value, dtype):
+    """A Scalar argument as CPU's kernel reads it with `Scalar::to<T>()` for `dtype`:
+    checked as `check_scalar` does, then, for a real `dtype`, a complex value's real
+    part (its imaginary part is zero once the check passed: `addmm(..., beta=0j)` on
+    float tensors computes, `alpha=1j` raises). Python numbers stay Python numbers."""
+    check_scalar(value, dtype)
+    if value is None or jnp.issubdtype(jnp.dtype(dtype), jnp.complexfloating):
+        return value
+    if isinstance(value, complex):
+        return value.real
+    if not isinstance(value, (bool, int, float)) and jnp.iscomplexobj(value):
+        return jnp.real(value)
+    return value
+
+
 class _PyMath:
     """`_overflows`'s math on Python numbers."""
 

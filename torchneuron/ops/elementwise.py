@@ -13,7 +13,7 @@ import torch
 from jax import lax
 
 from ._common import (_category, cast, check_scalar, convert, cpu_kernel_lacks_half, half_rounding, is_float, is_number,
-                      result_type, true_divide)
+                      result_type, scalar_to, true_divide)
 from .registry import LOWERINGS, context, lowering, meta_check
 
 aten = torch.ops.aten
@@ -1009,8 +1009,17 @@ def addcdiv(self, tensor1, tensor2, value=1):
     return (cast(self, c) + _alpha(cast(tensor1, c) / cast(tensor2, c), value)).astype(out)
 
 
-@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+@lowering(aten.lerp.Scalar)
+def lerp_scalar(self, end, weight):
+    """`aten::lerp.Scalar`: `weight` read as CPU's kernel reads it, checked, in the
+    compute type (`scalar_to`)."""
+    return lerp(self, end, scalar_to(weight, _compute(_out())))
+
+
+@lowering(aten.lerp.Tensor)
 def lerp(self, end, weight):
+    """`aten::lerp.Tensor`: self + weight * (end - self) in the compute type, in ATen's
+    two forms (the second for |weight| >= 0.5, exact at weight = 1)."""
     out = _out()
     c = _compute(out)
     a, b, w = cast(self, c), cast(end, c), cast(weight, c)

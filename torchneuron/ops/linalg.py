@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ..runtime import dtypes as dt
-from ._common import acc_type, scalar_type_name
+from ._common import acc_type, scalar_to, scalar_type_name
 from .indexing import host_kernel, lowered
 from .registry import context, lowering, meta_check, meta_impl, meta_kernel
 
@@ -213,6 +213,7 @@ def _scaled_sum(self, product, beta, alpha):
     dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0."""
     out = context().out_dtype()
     acc = product.dtype
+    alpha, beta = scalar_to(alpha, acc), scalar_to(beta, acc)  # CPU's gemm reads them in the opmath type
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         product = product * jnp.asarray(alpha, acc)
     if isinstance(beta, (int, float)) and beta == 0:
@@ -271,6 +272,7 @@ def addbmm(self, batch1, batch2, beta=1, alpha=1):
     _reject_bool(batch1.dtype, "addmm_impl_cpu_")
     out = context().out_dtype()
     products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
+    alpha = scalar_to(alpha, products.dtype)
     if products.shape[0] == 0:
         return _scaled_sum(self, jnp.zeros(products.shape[1:], products.dtype), beta, 0)
     # CPU runs one addmm per batch, rounding the running result each time.
@@ -300,6 +302,7 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     static: whether it is 0 decides the result's shape for an empty matrix."""
     _reject_bool(mat.dtype, "addmv_impl_cpu")
     out = context().out_dtype()
+    alpha, beta = scalar_to(alpha, out), scalar_to(beta, out)  # CPU's gemv reads them in the output type
     if mat.size == 0:  # ATen's shortcut for an empty matrix: beta * self alone
         return jnp.broadcast_to(_beta_self(self, beta, out), context().out().shape)
     product = _dot(mat, vec, ((1,), (0,)))
@@ -333,6 +336,7 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     dtype in CPU's operation order (so half types round after each op, as on CPU);
     bool tensors use and/or. beta == 0 ignores self."""
     out = context().out_dtype()
+    alpha, beta = scalar_to(alpha, out), scalar_to(beta, out)
     v1, v2 = vec1.astype(out)[:, None], vec2.astype(out)[None, :]
     if out == jnp.bool_:
         outer = v1 & v2 & jnp.asarray(alpha, jnp.bool_)
