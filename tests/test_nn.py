@@ -294,6 +294,35 @@ def test_upsample_1d_3d():
     check(lambda a: F.interpolate(a, scale_factor=2), torch.randint(0, 255, (1, 2, 3, 3), dtype=torch.uint8))
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_uint8_interpolation_without_antialiasing_equals_cpu(mode):
+    # CPU's int16 fixed-point kernel, bit for bit: taps past the edges folded into the
+    # edge tap (a 2-pixel input for bicubic), align_corners, explicit scales, and both of
+    # CPU's paths (AVX2 up to 4 channels, the generic one above).
+    gen = torch.Generator().manual_seed(0)
+    for shape, kw in [((1, 3, 9, 10), dict(size=(4, 23))), ((2, 5, 2, 7), dict(size=(5, 3), align_corners=True)),
+                      ((1, 1, 6, 6), dict(scale_factor=(0.37, 1.7))), ((1, 4, 5, 1), dict(size=(11, 2)))]:
+        x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+        check(lambda t: F.interpolate(t, mode=mode, **kw), x)
+    check(lambda t: F.interpolate(t, mode=mode, size=(4, 5)), x.contiguous(memory_format=torch.channels_last))
+    check_like_cpu(lambda t: F.interpolate(t, mode=mode, size=(4, 5)), x.to(torch.int8))
+
+
+def test_a_dim_whose_size_does_not_change_is_copied_whatever_its_scale():
+    # CPU's linear kernels and its separable (antialiased, uint8) forward kernels copy
+    # such a dim; its non-antialiased bicubic kernel and antialiased backward use the scale.
+    x = torch.randn(1, 2, 5, 7)
+    for mode, aa in [("bilinear", False), ("bilinear", True), ("bicubic", False), ("bicubic", True)]:
+        fn = lambda t: F.interpolate(t, scale_factor=(1.1, 2.0), mode=mode, antialias=aa)  # noqa: E731
+        check(fn, x, **F32_TOL)
+        check(fn, (x * 40 + 128).clamp(0, 255).to(torch.uint8))
+        check(grads(fn), x.double())
+    check(grads(lambda t: F.interpolate(t, scale_factor=2.0, mode="linear")), torch.randn(1, 2, 2), **F32_TOL)
+    check(lambda t: torch.ops.aten.upsample_linear1d(t, [7], False, 2.0), torch.randn(1, 2, 7))
+    check(lambda t: torch.ops.aten.upsample_trilinear3d(t, [3, 5, 8], False, 1.3, 1.1, 2.0), torch.randn(1, 1, 3, 5, 4),
+          **F32_TOL)
+
+
 # ------------------------------------------------------------------ attention
 def _sdpa_calls():
     return len(install.KERNELS[torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default].cache)

@@ -428,12 +428,6 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     # (forward float32 and bfloat16 first differ at samples 1 and 2: FIRST_FAILING_SAMPLE)
     **_cases(("torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",), ("forward", "backward"),
              ("float32",) + _HALF, _FLASH_EXP),
-    # ---- uint8 interpolation without antialiasing
-    **_cases(("nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
-              "nn.functional.interpolate.bicubic"), ("forward",), ("uint8",),
-             "uint8 bilinear/bicubic without antialiasing: CPU runs a dedicated int16 fixed-point kernel "
-             "(_compute_indices_min_size_weights); neuron has only the floating-point lowering, which raises CPU's "
-             "dtype error for Byte (the antialiased uint8 kernels are replayed exactly)"),
 }
 
 #: dtype name -> why no case of that dtype can pass.

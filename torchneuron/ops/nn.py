@@ -1408,6 +1408,8 @@ def _upsample_linear(x, out_sizes, align_corners, scales):
     np_dtype = np.float64 if x.dtype == jnp.float64 else np.float32
     for i in reversed(range(nsp)):
         axis = x.ndim - nsp + i
+        if x.shape[axis] == out_sizes[i]:  # CPU's compute_source_index_and_lambda copies it, whatever the scale
+            continue
         i0, i1, l0, l1 = _linear_weights(x.shape[axis], out_sizes[i], align_corners, scales[i], np_dtype)
         shape = [1] * x.ndim
         shape[axis] = -1
@@ -1420,9 +1422,14 @@ def _upsample_linear(x, out_sizes, align_corners, scales):
 def _linear_lowerings(op, backward_op, nsp):
     def forward(self, output_size, align_corners, *scales):
         """aten::upsample_{linear1d,bilinear2d,trilinear3d}: CPU's source-index and
-        weight rules (align_corners, explicit scales)."""
+        weight rules (align_corners, explicit scales); uint8 bilinear2d as CPU's
+        integer kernel (`_noaa_uint8_taps`, `_resample_uint8`)."""
+        out_sizes = context().out().shape[-nsp:]
+        if nsp == 2 and self.dtype == jnp.uint8:
+            return _resample_uint8(self, out_sizes,
+                                   lambda n_in, n_out, i: _noaa_uint8_taps(n_in, n_out, align_corners, scales[i], False))
         _require_float(self, "compute_indices_weights_linear")
-        return _upsample_linear(_acc(self), context().out().shape[-nsp:], align_corners, scales)
+        return _upsample_linear(_acc(self), out_sizes, align_corners, scales)
 
     def backward(grad_output, output_size, input_size, align_corners, *scales):
         """The transpose of the forward interpolation."""
@@ -1505,15 +1512,55 @@ def _aa_taps(n_in, n_out, align_corners, scale, dtype, cubic):
     return idx, w
 
 
-def _resample(x, out_sizes, taps_fn, weight_dtype=None):
+def _noaa_uint8_taps(n_in, n_out, align_corners, scale, cubic):
+    """(indices, float64 weights, largest partial weight), indices and weights (n_out,
+    taps), of CPU's uint8 bilinear (bicubic, Keys' a = -0.75) interpolation without
+    antialiasing along a dim (`_compute_indices_min_size_weights`): the float kernel's
+    source index and taps, those past either edge of the input folded into the edge
+    tap. The largest weight counts partial sums of a fold too, as CPU's does."""
+    size = 4 if cubic else 2
+    half = size // 2
+    s = _scale_in(n_in, n_out, scale, align_corners, np.float64)
+    idx = np.zeros((n_out, size), np.int64)
+    w = np.zeros((n_out, size))
+    wt_max = 0.0
+    for i in range(n_out):
+        src = s * i if align_corners else s * (i + 0.5) - 0.5
+        if not (align_corners or cubic) and src < 0:
+            src = 0.0
+        index = min(int(np.floor(np.float32(src))), n_in - 1)  # CPU's floorf rounds src to float first
+        lam = min(max(src - index, 0.0), 1.0)
+        lo = index - half + 1
+        start = max(lo, 0)
+        count = min(max(min(index + half + 1, n_in) - start, 0), size)
+        k = 0
+        for j in range(size):
+            t = abs((j + 1 - half) - lam)
+            f = (_cubic1(t, -0.75) if t < 1 else _cubic2(t, -0.75) if t < 2 else 0.0) if cubic else max(1 - t, 0.0)
+            if lo + j <= 0:
+                k = 0
+            elif lo + j >= n_in - 1:
+                k = count - 1
+            w[i, k] += f
+            wt_max = max(wt_max, w[i, k])
+            k += 1
+        idx[i] = np.minimum(start + np.arange(size), n_in - 1)
+    return idx, w, wt_max
+
+
+def _resample(x, out_sizes, taps_fn, weight_dtype=None, skip_unchanged=False):
     """Separable resampling of the trailing dims, innermost first (CPU's nesting for
     bicubic, its horizontal-then-vertical passes for antialiasing): each output is
     sum_j x[idx[o, j]] * w[o, j], summed in tap order. `weight_dtype` rounds the
-    weights first (CPU's forward kernels store them in the input's dtype)."""
+    weights first (CPU's forward kernels store them in the input's dtype);
+    `skip_unchanged` copies a dim whose size does not change, whatever its scale, as
+    CPU's separable (antialiasing) forward kernels do."""
     nsp = len(out_sizes)
     np_dtype = np.float64 if x.dtype == jnp.float64 else np.float32
     for i in reversed(range(nsp)):
         axis = x.ndim - nsp + i
+        if skip_unchanged and x.shape[axis] == out_sizes[i]:
+            continue
         idx, w = taps_fn(x.shape[axis], out_sizes[i], i, np_dtype)
         shape = [1] * x.ndim
         shape[axis] = -1
@@ -1527,16 +1574,20 @@ def _resample(x, out_sizes, taps_fn, weight_dtype=None):
 
 
 def _resample_uint8(x, out_sizes, taps_fn):
-    """CPU's uint8 antialiased resampling (`_compute_index_ranges_int16_weights` and the
-    uint8 passes): float64 weights scaled to int16 with the most precision bits that
-    keep the largest below 2^15, each pass an int32 sum started at half a unit,
-    shifted back, clamped to [0, 255] and stored as uint8 before the next pass."""
+    """CPU's uint8 resampling, separable (`_compute_index_ranges_int16_weights` and the
+    uint8 passes, or their AVX2 twins): `taps_fn(n_in, n_out, i)` gives a dim's
+    (indices, float64 weights, largest weight); the weights are scaled to int16 with
+    the most precision bits that keep the largest below 2^15, each pass an int32 sum
+    started at half a unit, shifted back, clamped to [0, 255] and stored as uint8
+    before the next pass. A dim whose size does not change is copied."""
     nsp = len(out_sizes)
     for i in reversed(range(nsp)):
         axis = x.ndim - nsp + i
-        idx, w = taps_fn(x.shape[axis], out_sizes[i], i, np.float64)
+        if x.shape[axis] == out_sizes[i]:
+            continue
+        idx, w, wt_max = taps_fn(x.shape[axis], out_sizes[i], i)
         bits = 0
-        while bits < 22 and int(0.5 + w.max() * (1 << (bits + 1))) < (1 << 15):
+        while bits < 22 and int(0.5 + wt_max * (1 << (bits + 1))) < (1 << 15):
             bits += 1
         v = w * (1 << bits)
         w16 = np.where(v < 0, v - 0.5, v + 0.5).astype(np.int16).astype(np.int32)
@@ -1550,24 +1601,28 @@ def _resample_uint8(x, out_sizes, taps_fn):
     return x
 
 
-def _resample_lowerings(op, backward_op, kernel, taps, half_kernel=None):
+def _resample_lowerings(op, backward_op, kernel, taps, uint8_taps, half_kernel=None):
     """Forward and backward lowerings of a separable 2-d interpolation op; `taps(n_in,
-    n_out, align_corners, scale, dtype)` gives one dim's indices and weights. `kernel`
-    (`half_kernel`) names the CPU kernel whose error integer (half) inputs raise."""
+    n_out, align_corners, scale, dtype)` gives one dim's indices and weights, and
+    `uint8_taps(n_in, n_out, align_corners, scale)` those of CPU's uint8 kernel
+    (`_resample_uint8`). `kernel` names the CPU kernel whose error other integer inputs
+    raise; `half_kernel`, given for the antialiasing ops, the one half inputs raise
+    (their forward kernels are CPU's separable ones)."""
 
-    def fn(x, out_sizes, align_corners, scales, weight_dtype=None):
+    def fn(x, out_sizes, align_corners, scales, weight_dtype=None, skip_unchanged=False):
         return _resample(x, out_sizes, lambda n_in, n_out, i, dt: taps(n_in, n_out, align_corners, scales[i], dt),
-                         weight_dtype)
+                         weight_dtype, skip_unchanged)
 
     def forward(self, output_size, align_corners, *scales):
-        if half_kernel and self.dtype == jnp.uint8:
-            return _resample_uint8(self, context().out().shape[-2:],
-                                   lambda n_in, n_out, i, dt: taps(n_in, n_out, align_corners, scales[i], dt))
+        out_sizes = context().out().shape[-2:]
+        if self.dtype == jnp.uint8:
+            return _resample_uint8(self, out_sizes,
+                                   lambda n_in, n_out, i: uint8_taps(n_in, n_out, align_corners, scales[i]))
         _require_float(self, kernel)
         if half_kernel and self.dtype in (jnp.float16, jnp.bfloat16):  # CPU's antialiasing has no half kernels
             raise NotImplementedError(f'"{half_kernel}" not implemented for '
                                       f'\'{"Half" if self.dtype == jnp.float16 else "BFloat16"}\'')
-        return fn(_acc(self), context().out().shape[-2:], align_corners, scales, self.dtype)
+        return fn(_acc(self), out_sizes, align_corners, scales, self.dtype, skip_unchanged=half_kernel is not None)
 
     def backward(grad_output, output_size, input_size, align_corners, *scales):
         """The transpose of the forward interpolation."""
@@ -1579,12 +1634,21 @@ def _resample_lowerings(op, backward_op, kernel, taps, half_kernel=None):
     lowering(backward_op, static=("scales_h", "scales_w"))(backward)
 
 
+def _aa_uint8_taps(cubic):
+    def taps(n_in, n_out, align_corners, scale):
+        idx, w = _aa_taps(n_in, n_out, align_corners, scale, np.float64, cubic)
+        return idx, w, w.max()
+    return taps
+
+
 _resample_lowerings(aten.upsample_bicubic2d.default, aten.upsample_bicubic2d_backward.default,
-                    "upsample_bicubic2d_out_frame", _cubic_taps)
+                    "upsample_bicubic2d_out_frame", _cubic_taps, lambda *a: _noaa_uint8_taps(*a, cubic=True))
 _resample_lowerings(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default,
-                    "upsample_bilinear2d_aa", lambda *a: _aa_taps(*a, cubic=False), "compute_index_ranges_weights")
+                    "upsample_bilinear2d_aa", lambda *a: _aa_taps(*a, cubic=False), _aa_uint8_taps(False),
+                    "compute_index_ranges_weights")
 _resample_lowerings(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default,
-                    "upsample_bicubic2d_aa", lambda *a: _aa_taps(*a, cubic=True), "compute_index_ranges_weights")
+                    "upsample_bicubic2d_aa", lambda *a: _aa_taps(*a, cubic=True), _aa_uint8_taps(True),
+                    "compute_index_ranges_weights")
 
 
 # ------------------------------------------------------------------ attention
