@@ -132,3 +132,12 @@ def test_noncontiguous_cases_take_the_forward_cases_first_failing_sample():
     for check in ("forward", "noncontiguous"):
         assert expected.judge(Outcome(NATIVE, samples=1), key[0], check, torch.bfloat16) == ("pass", "")
         assert expected.judge(Outcome(NATIVE, samples=first + 1), key[0], check, torch.bfloat16)[0] == "xpass"
+
+
+def test_a_forward_failure_refused_on_every_noncontiguous_sample_is_not_inherited():
+    # view_as_complex needs a unit last stride: CPU and neuron refuse each non-contiguous
+    # sample alike, so its float16 case passes where the forward case fails (complex32).
+    assert expected.expected_failure("view_as_complex", "forward", torch.float16)
+    assert expected.expected_failure("view_as_complex", "noncontiguous", torch.float16) is None
+    assert expected.judge(Outcome(NATIVE, samples=3), "view_as_complex", "noncontiguous", torch.float16) == ("pass", "")
+    assert expected.expected_failure("matrix_exp", "noncontiguous", torch.float16)  # others still inherit
