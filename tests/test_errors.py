@@ -228,6 +228,33 @@ def test_matrix_product_scalars_convert_like_cpu(op):
             assert got[1] == want[1], (dtype, value)
 
 
+EMPTY_PRODUCTS = {  # CPU returns beta * self before its gemm reads alpha and beta (checked only by addmv)
+    "addmm_k0": lambda d, t, v: torch.addmm(_ones(d, t, 2, 2), _ones(d, t, 2, 0), _ones(d, t, 0, 2), alpha=v, beta=v),
+    "addmm_empty_result": lambda d, t, v: torch.addmm(_ones(d, t, 0, 2), _ones(d, t, 0, 3), _ones(d, t, 3, 2), alpha=v),
+    "baddbmm_k0": lambda d, t, v: torch.baddbmm(_ones(d, t, 1, 2, 2), _ones(d, t, 1, 2, 0), _ones(d, t, 1, 0, 2),
+                                                alpha=v),
+    "addbmm_no_batches": lambda d, t, v: torch.addbmm(_ones(d, t, 2, 2), _ones(d, t, 0, 2, 3), _ones(d, t, 0, 3, 2),
+                                                      beta=v),
+    "addbmm_k0": lambda d, t, v: torch.addbmm(_ones(d, t, 2, 2), _ones(d, t, 2, 2, 0), _ones(d, t, 2, 0, 2), alpha=v),
+    "addmv_empty_alpha": lambda d, t, v: torch.addmv(_ones(d, t, 2), _ones(d, t, 2, 0), _ones(d, t, 0), alpha=v),
+    "addmv_empty_beta": lambda d, t, v: torch.addmv(_ones(d, t, 2), _ones(d, t, 2, 0), _ones(d, t, 0), beta=v),
+    "addmv_beta_wraps": lambda d, t, v: torch.addmv(_ones(d, t, 2), _ones(d, t, 2, 3), _ones(d, t, 3), beta=-1),
+}
+
+
+@pytest.mark.parametrize("op", EMPTY_PRODUCTS, ids=str)
+def test_empty_products_read_alpha_and_beta_as_cpu_does(op):
+    fn = EMPTY_PRODUCTS[op]
+    for dtype, value in [(torch.int8, 300), (torch.uint8, 300), (torch.uint8, -1), (torch.float16, 1e39), (torch.float32, 1j),
+                         (torch.float32, float("nan"))]:
+        with no_fallback():
+            got = _outcome(lambda _: fn("neuron", dtype, value), "neuron", dtype)
+        want = _outcome(lambda _: fn("cpu", dtype, value), "cpu", dtype)
+        assert got[0] is want[0], (dtype, value, got, want)
+        if want[0] is None:
+            torch.testing.assert_close(got[1], want[1], equal_nan=True, rtol=0, atol=0)
+
+
 def test_add_alpha_kind_errors_like_cpu():
     """CPU's alpha_check: bool alpha needs a bool result, a floating one a floating
     result; RuntimeError (PyTorch's meta kernel raised ValueError)."""
@@ -688,26 +715,21 @@ def test_tensors_of_more_than_64_dims_cross_to_and_from_the_host():
         assert _raised(lambda d: fn(x.to(d)), "neuron") == _raised(lambda d: fn(x.to(d)), "cpu")
 
 
-def test_tensors_of_dtypes_xla_has_no_type_for_are_refused_at_creation():
-    # As MPS refuses float64: a complex32 tensor on neuron could never be computed on or
-    # read, so neither creation nor the copy to the device makes one.
-    from torchneuron.runtime.dtypes import TORCH_TO_JAX
+def test_tensors_of_dtypes_neuron_cannot_compute_in_move_but_are_not_copied_from_values():
+    # complex32, bits8: their bytes move (torch.load onto neuron, deepcopy: empty + set_
+    # of the storage), while copying a CPU tensor's values to the device raises a clear
+    # TypeError (it raised DLPack's RuntimeError).
+    import copy
+    import io
 
-    # Quantized dtypes dispatch to a QuantizedPrivateUse1 key, which has no kernels.
-    quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
-    every = {v for v in vars(torch).values() if isinstance(v, torch.dtype)} - quantized
-    for dtype in every:
-        if dtype in TORCH_TO_JAX:
-            assert torch.empty(2, dtype=dtype, device="neuron").dtype == dtype
-            assert torch.empty_strided((2, 2), (1, 2), dtype=dtype, device="neuron").stride() == (1, 2)
-        else:
-            with pytest.raises(TypeError, match="neuron does not support dtype"):
-                torch.empty(2, dtype=dtype, device="neuron")
-            with pytest.raises(TypeError, match="neuron does not support dtype"):
-                torch.empty_strided((2,), (1,), dtype=dtype, device="neuron")
-    with pytest.warns(UserWarning, match="ComplexHalf support is experimental"):
-        half_complex = torch.zeros(3, dtype=torch.complex32)
-    with pytest.raises(TypeError, match="neuron does not support dtype"):
-        half_complex.to("neuron")
-    with pytest.raises(TypeError, match="neuron does not support dtype"):
-        torch.ones(3, device="neuron").to(torch.complex32)
+    for dtype, base in ((torch.complex32, torch.arange(8.0).half()), (torch.bits8, torch.arange(8, dtype=torch.uint8))):
+        cpu = base.view(dtype)
+        buf = io.BytesIO()
+        torch.save(cpu, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, map_location="neuron")
+        assert loaded.device.type == "neuron" and loaded.dtype == dtype
+        assert torch.equal(loaded.view(base.dtype).cpu(), base)
+        assert torch.equal(copy.deepcopy(loaded).view(base.dtype).cpu(), base)
+        with pytest.raises(TypeError, match="neuron does not support dtype"):
+            cpu.to("neuron")

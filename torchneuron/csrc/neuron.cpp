@@ -497,22 +497,6 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 C10_REGISTER_GUARD_IMPL(PrivateUse1, NeuronGuardImpl);
 
 // ---------------------------------------------------------------- metadata-only kernels
-// The dtypes XLA has a type for (runtime/dtypes.py TORCH_TO_JAX). A tensor of any other
-// could be created but never computed on or copied, so creation refuses it, as MPS
-// refuses float64 (TypeError, as the copy to the device raises).
-static void check_dtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kByte: case at::kUInt16: case at::kUInt32: case at::kUInt64: case at::kBool:
-    case at::kComplexFloat: case at::kComplexDouble:
-    case at::kFloat8_e4m3fn: case at::kFloat8_e5m2: case at::kFloat8_e4m3fnuz: case at::kFloat8_e5m2fnuz:
-      return;
-    default:
-      TORCH_CHECK_TYPE(false, "neuron does not support dtype ", dtype, ": XLA has no type for it");
-  }
-}
-
 static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                       std::optional<at::Layout> layout, std::optional<at::Device> device,
                                       std::optional<bool> pin_memory,
@@ -520,7 +504,6 @@ static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::S
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
               *layout);
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  check_dtype(c10::dtype_or_default(dtype));
   c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
   check_device(index);
   c10::DeviceIndex saved = t_current_device;
@@ -537,7 +520,6 @@ static at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, 
   TORCH_CHECK(!layout.has_value() || *layout == at::kStrided, "neuron supports only strided tensors, got ",
               *layout);
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  check_dtype(c10::dtype_or_default(dtype));
   c10::DeviceIndex index = device.has_value() && device->has_index() ? device->index() : t_current_device;
   check_device(index);
   c10::DeviceIndex saved = t_current_device;

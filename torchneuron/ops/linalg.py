@@ -208,14 +208,28 @@ def _dot(a, b, contract, batch=((), ())):
                            preferred_element_type=acc)
 
 
-def _scaled_sum(self, product, beta, alpha):
+def _scaled_sum(self, product, beta, alpha, contraction):
     """beta * self + alpha * product in the accumulation dtype, rounded once to the output
-    dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0."""
+    dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0. When the
+    contracted dim (`contraction` long) or the result is empty, CPU's kernel returns
+    beta * self before its gemm reads (and checks) alpha and beta, so alpha is ignored."""
     out = context().out_dtype()
     acc = product.dtype
-    alpha, beta = scalar_to(alpha, acc), scalar_to(beta, acc)  # CPU's gemm reads them in the opmath type
+    if contraction == 0 or product.size == 0:
+        if jnp.iscomplexobj(beta) and not jnp.issubdtype(out, jnp.complexfloating):
+            # its `result.mul_(beta)` (not for beta == 0): TensorIterator refuses the complex result
+            promoted = torch.result_type(torch.empty((), dtype=dt.to_torch(out)), 1j)
+            name = "ComplexHalf" if promoted == torch.complex32 else scalar_type_name(promoted)
+            message = f"result type {name} can't be cast to the desired output type {scalar_type_name(out)}"
+            if isinstance(beta, complex):
+                if beta != 0:
+                    raise RuntimeError(message)
+            else:
+                context().check(beta == 0, RuntimeError, message)
+        return jnp.broadcast_to(_beta_self(self, beta, acc), context().out().shape).astype(out)
+    alpha, beta = scalar_to(alpha, acc), scalar_to(beta, acc)  # read in the opmath type
     if not (isinstance(alpha, (int, float)) and alpha == 1):
-        product = product * jnp.asarray(alpha, acc)
+        product = product * _scalar(alpha, acc)
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(product, context().out().shape).astype(out)
     return (_beta_self(self, beta, acc) + product).astype(out)
@@ -227,7 +241,13 @@ def _beta_self(self, beta, dtype):
     base = self.astype(dtype)
     if isinstance(beta, (int, float)) and beta == 1:
         return base
-    return jnp.where(beta == 0, jnp.zeros((), dtype), base * jnp.asarray(beta, dtype))
+    return jnp.where(beta == 0, jnp.zeros((), dtype), base * _scalar(beta, dtype))
+
+
+def _scalar(value, dtype):
+    """A Scalar as a 0-dim array of `dtype`, as C++'s conversion makes it: integers wrap
+    (beta=-1 on uint8 is 255), floats truncate toward zero into integer types."""
+    return jnp.asarray(value).astype(dtype)
 
 
 @lowering(aten.mm.default)
@@ -242,7 +262,7 @@ def mm(self, mat2):
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """aten::addmm: beta * self + alpha * (mat1 @ mat2); self broadcasts to (n, p)."""
     _reject_bool(mat1.dtype, "addmm_impl_cpu_")
-    return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha)
+    return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha, mat1.shape[1])
 
 
 @lowering(aten.bmm.default)
@@ -261,7 +281,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
         raise RuntimeError(f"Input dtypes must be the same, got: input {_cpp(self.dtype)}, batch1: "
                            f"{_cpp(batch1.dtype)}, batch2: {_cpp(batch2.dtype)}")
     _reject_bool(batch1.dtype, "baddbmm")
-    return _scaled_sum(self, _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha)
+    return _scaled_sum(self, _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha, batch1.shape[2])
 
 
 @lowering(aten.addbmm.default)
@@ -272,14 +292,16 @@ def addbmm(self, batch1, batch2, beta=1, alpha=1):
     _reject_bool(batch1.dtype, "addmm_impl_cpu_")
     out = context().out_dtype()
     products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
+    # CPU runs one addmm per batch, rounding the running result each time; with no
+    # batches or an empty contraction each gives beta * self alone.
+    first = _scaled_sum(self, products[0] if products.shape[0] else jnp.zeros(products.shape[1:], products.dtype),
+                        beta, alpha, products.shape[0] and batch1.shape[2])
+    if products.shape[0] == 0 or batch1.shape[2] == 0 or first.size == 0:
+        return first
     alpha = scalar_to(alpha, products.dtype)
-    if products.shape[0] == 0:
-        return _scaled_sum(self, jnp.zeros(products.shape[1:], products.dtype), beta, 0)
-    # CPU runs one addmm per batch, rounding the running result each time.
-    first = _scaled_sum(self, products[0], beta, alpha)
 
     def step(acc, p):
-        return (acc.astype(p.dtype) + p * jnp.asarray(alpha, p.dtype)).astype(out), None
+        return (acc.astype(p.dtype) + p * _scalar(alpha, p.dtype)).astype(out), None
 
     return lax.scan(step, first, products[1:])[0]
 
@@ -302,13 +324,15 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     static: whether it is 0 decides the result's shape for an empty matrix."""
     _reject_bool(mat.dtype, "addmv_impl_cpu")
     out = context().out_dtype()
-    alpha, beta = scalar_to(alpha, out), scalar_to(beta, out)  # CPU's gemv reads them in the output type
-    if mat.size == 0:  # ATen's shortcut for an empty matrix: beta * self alone
+    if mat.size == 0:  # ATen's shortcut for an empty matrix: beta * self alone, alpha unread
+        if not jnp.issubdtype(out, jnp.floating) or isinstance(beta, complex):
+            beta = scalar_to(beta, out)  # its 0-dim tensor of beta checks all but float overflow
         return jnp.broadcast_to(_beta_self(self, beta, out), context().out().shape)
+    alpha, beta = scalar_to(alpha, out), scalar_to(beta, out)  # CPU's gemv reads them in the output type
     product = _dot(mat, vec, ((1,), (0,)))
     if out not in (jnp.bfloat16, jnp.float16):
-        return _scaled_sum(self, product, beta, alpha)
-    product = product * jnp.asarray(alpha, out).astype(product.dtype)
+        return _scaled_sum(self, product, beta, alpha, mat.shape[1])
+    product = product * _scalar(alpha, out).astype(product.dtype)
     if isinstance(beta, (int, float)) and beta == 0:
         return product.astype(out)
     return (_beta_self(self, beta, out).astype(product.dtype) + product).astype(out)
@@ -341,7 +365,7 @@ def addr(self, vec1, vec2, beta=1, alpha=1):
     if out == jnp.bool_:
         outer = v1 & v2 & jnp.asarray(alpha, jnp.bool_)
         return outer | (self & jnp.asarray(beta, jnp.bool_))
-    outer = jnp.asarray(alpha, out) * v1 * v2
+    outer = _scalar(alpha, out) * v1 * v2
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(outer, context().out().shape)
     return _beta_self(self, beta, out) + outer

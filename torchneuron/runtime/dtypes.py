@@ -38,7 +38,7 @@ def to_jax(dtype: torch.dtype):
     try:
         return TORCH_TO_JAX[dtype]
     except KeyError:
-        raise TypeError(f"neuron does not support dtype {dtype}: XLA has no type for it") from None
+        raise TypeError(f"neuron does not support dtype {dtype}") from None
 
 
 def to_torch(dtype) -> torch.dtype:
@@ -48,16 +48,17 @@ def to_torch(dtype) -> torch.dtype:
 def numpy_view(t: torch.Tensor) -> np.ndarray:
     """The values of a CPU tensor (not requiring grad) as a NumPy array of its shape and
     strides, sharing its memory unless it is 0-dim (bf16 and fp8 included); TypeError
-    for dtypes `neuron` cannot hold.
+    for dtypes `neuron` cannot compute in (complex32: the copy of such a tensor to the
+    device), KeyError for a 0-dim one.
 
     Not Tensor.numpy(): that marks the tensor's storage non-resizable for good, so a
     user's tensor could no longer be resized after being copied to `neuron`. DLPack
     shares memory without that side effect; a 0-dim tensor is read as a number, which
     is cheaper (they are scalar arguments on the eager hot path).
     """
+    if t.dim() == 0:  # a wrapped scalar: ops with no dtype for it take CPU's error
+        return np.asarray(t.item(), dtype=TORCH_TO_JAX[t.dtype])
     dtype = to_jax(t.dtype)
-    if t.dim() == 0:
-        return np.asarray(t.item(), dtype=dtype)
     if t.dtype == torch.bfloat16:
         return np.from_dlpack(t.view(torch.int16)).view(ml_dtypes.bfloat16)
     if t.dtype in _FLOAT8:
