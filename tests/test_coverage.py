@@ -141,3 +141,16 @@ def test_a_forward_failure_refused_on_every_noncontiguous_sample_is_not_inherite
     assert expected.expected_failure("view_as_complex", "noncontiguous", torch.float16) is None
     assert expected.judge(Outcome(NATIVE, samples=3), "view_as_complex", "noncontiguous", torch.float16) == ("pass", "")
     assert expected.expected_failure("matrix_exp", "noncontiguous", torch.float16)  # others still inherit
+
+
+def test_a_tensor_passed_twice_is_one_tensor_on_the_device():
+    # ModuleInfo KLDivLoss passes one tensor as input and target: autograd sums both
+    # uses' gradients into it on CPU, so the device copy must be one tensor too.
+    from torchneuron.coverage.outcome import to_device
+
+    x = (torch.rand(3) + 0.1).requires_grad_()
+    a, b = to_device((x, x), "neuron")
+    assert a is b and a.requires_grad and a.device.type == "neuron"
+    loss = torch.nn.functional.kl_div(a, b, reduction="sum")
+    torch.testing.assert_close(torch.autograd.grad(loss, a)[0].cpu(),
+                               torch.autograd.grad(torch.nn.functional.kl_div(x, x, reduction="sum"), x)[0])

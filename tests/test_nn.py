@@ -321,6 +321,18 @@ def test_a_dim_whose_size_does_not_change_is_copied_whatever_its_scale():
     check(lambda t: torch.ops.aten.upsample_linear1d(t, [7], False, 2.0), torch.randn(1, 2, 7))
     check(lambda t: torch.ops.aten.upsample_trilinear3d(t, [3, 5, 8], False, 1.3, 1.1, 2.0), torch.randn(1, 1, 3, 5, 4),
           **F32_TOL)
+    # bicubic's backward copies the gradient when no size changes (its forward resamples)
+    check(lambda g: torch.ops.aten.upsample_bicubic2d_backward(g, [4, 4], [1, 1, 4, 4], False, 1.1, None),
+          torch.randn(1, 1, 4, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_interpolation_to_an_empty_size_raises_like_cpu(dtype):
+    x = torch.ones(1, 1, 4, 4, dtype=dtype)
+    check_like_cpu(lambda t: F.interpolate(t, size=(4, 0), mode="bilinear", align_corners=True), x)
+    check_like_cpu(lambda t: F.interpolate(t, scale_factor=(0.1, 1.0), mode="bilinear"), x)
+    check_like_cpu(lambda t: torch.ops.aten.upsample_linear1d(t, [0], True), x[0])
+    check_like_cpu(lambda t: torch.ops.aten.upsample_trilinear3d(t, [4, 0, 4], True), x[None])
 
 
 # ------------------------------------------------------------------ attention

@@ -249,3 +249,18 @@ def test_fractional_max_pool3d():
     check(fn, x)
     check(fn, x.transpose(-1, -3))
     check_grad(lambda t: (fn(t)[0] ** 2).sum(), x)
+
+
+def test_module_sweep_fixes():
+    # (the all-samples ModuleInfo sweep) FractionalMaxPool3d of an unbatched input whose
+    # samples hold two batches: CPU reads the first only.
+    x = torch.randn(4, 5, 5, 5)
+    samples = torch.rand(2, 4, 3)
+    check(lambda t, r: torch.ops.aten.fractional_max_pool3d(t, [2, 2, 2], [2, 2, 2], r), x, samples)
+    check(lambda t, r: torch.ops.aten.fractional_max_pool2d(t, [2, 2], [2, 2], r), x[:, 0], samples[:, :, :2])
+    # MultiLabelMarginLoss of a 1-D input, unreduced, is 0-dim (PyTorch's meta said (1,));
+    # every target, also past the first -1, must be in range.
+    x, labels = torch.randn(10, dtype=torch.float64), torch.randint(0, 10, (10,))
+    check(lambda t: F.multilabel_margin_loss(t, labels.to(t.device), reduction="none"), x)
+    check_grad(lambda a: F.multilabel_margin_loss(a, labels.to(a.device), reduction="none") * 1.5, x)
+    check_like_cpu(lambda t, y: F.multilabel_margin_loss(t, y), torch.randn(2, 4), torch.tensor([[0, 1, -1, 5], [1, -1, 0, 0]]))

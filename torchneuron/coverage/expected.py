@@ -193,11 +193,35 @@ _LATER_HALF_ROUNDING = {
     ("nn.functional.nll_loss", "forward", "bfloat16"): (33, 0.00195, 0.0),
     ("nn.functional.nll_loss", "forward", "float16"): (33, 0.000244, 0.0),
     ("nn.functional.nll_loss", "backward", "float16"): (34, 0.000464, 5.11e-05),
+    # ModuleInfo cases, from the all-samples module sweep
+    ("nn.CrossEntropyLoss", "forward", "float16"): (12, 0.00954, 0.00172),
+    ("nn.CrossEntropyLoss", "backward", "float16"): (2, 5.15e-05, 3.62e-05),
+    ("nn.GroupNorm", "backward", "bfloat16"): (1, 0.00166, 0.00166),
+    ("nn.GroupNorm", "backward", "float16"): (2, 0.00137, 0.00137),
+    ("nn.LinearCrossEntropyLoss", "forward", "bfloat16"): (207, 0.0313, 3.21e-05),
+    ("nn.LinearCrossEntropyLoss", "forward", "float16"): (14, 0.761, 0.239),
+}
+#: float32 rounding of ModuleInfo cases first seen at a later sample: (name, check, dtype)
+#: -> (first failing sample, reason).
+_LATER_FLOAT32_ROUNDING = {
+    ("nn.CTCLoss", "backward", "float32"): (4, (
+        "float32 rounding: as nn.functional.ctc_loss, CPU's CTC backward runs its own beta recursion in float32, "
+        "neuron differentiates the alpha recursion; on sample 4 (T=50, 3 x 30 labels) max error vs float64: CPU "
+        "8.8e-5, neuron 4.3e-6")),
+    ("nn.MultiheadAttention", "backward", "float32"): (13, (
+        "float32 rounding amplified by the softmax backward: in_proj_weight's gradient sums the query, key and "
+        "value products through it; max error vs float64 on sample 13: CPU 1.05e-5, neuron 2.55e-5 at magnitude "
+        "8.1 (3e-6 relative; tolerance 1e-5 + 1.3e-6 relative); every other gradient within tolerance")),
+    ("nn.Transformer", "backward", "float32"): (45, (
+        "float32 rounding amplified by the softmax backward: an attention in_proj_weight gradient, max error vs "
+        "float64 on sample 45: CPU 3.5e-6, neuron 1.2e-5 at magnitude 7.1 (1.7e-6 relative); every other gradient "
+        "within tolerance")),
 }
 
 EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
     **{key: f"{_HALF_ROUNDING} (max error vs float64 on sample {first}: CPU {cpu:g}, neuron {neuron:g})"
        for key, (first, cpu, neuron) in _LATER_HALF_ROUNDING.items()},
+    **{key: reason for key, (_, reason) in _LATER_FLOAT32_ROUNDING.items()},
     **{("pow", "backward", dtype): (
         "pow's gradients amplify its rounding: at the sample's large bases and exponents x^y and x^y log(x) have "
         f"condition numbers near |y log x|, so an ulp of difference between CPU's libm pow and XLA's exp(y log x) "
@@ -505,6 +529,7 @@ _NOT_AS_FORWARD = {
 #: stale. Non-contiguous cases take their forward case's (`judge`).
 FIRST_FAILING_SAMPLE: Dict[Tuple[str, str, str], int] = {
     **{key: first for key, (first, _, _) in _LATER_HALF_ROUNDING.items()},
+    **{key: first for key, (first, _) in _LATER_FLOAT32_ROUNDING.items()},
     **{key: 10 for key in _cases(("add",), ("forward", "out", "inplace"), ("float16",), "")},
     **{("addbmm", "inplace", dtype): 2 if dtype.startswith("complex") else 1 for dtype in _ADDBMM_DTYPES},
     ("pow", "backward", "float32"): 4,

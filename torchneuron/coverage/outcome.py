@@ -81,27 +81,37 @@ def to_device(v, device: str):
     """A copy of a (nested) value or an OpInfo SampleInput with every tensor on
     `device` (a copy on the same device too), as a leaf that requires grad when the original did; a view of part of
     a contiguous base stays such a view (same sizes, strides and storage offset; views
-    with a conjugate or negative bit are copied, resolving the bit)."""
+    with a conjugate or negative bit are copied, resolving the bit). A tensor that
+    appears more than once is one tensor on `device` too (`kl_div(x, x)`: autograd
+    sums the gradients of both uses into it on both sides)."""
+    moved = {}
+
     def move(t):
         if not isinstance(t, torch.Tensor):
             return t
-        with torch.no_grad():
-            base = t._base
-            if (base is not None and base.dtype == t.dtype and base.numel() > t.numel() and base.is_contiguous()
-                    and not base.storage_offset() and not t.is_conj() and not t.is_neg()):
-                # A view of part of its storage: an op may read the rest (as_strided
-                # with a storage offset), so the device tensor is the same view of a
-                # copy of the whole base.
-                out = base.detach().to(device, copy=True).as_strided(t.size(), t.stride(), t.storage_offset())
-            else:
-                out = t.detach().to(device, copy=True)
-        return out.requires_grad_(t.requires_grad)
+        if id(t) not in moved:
+            moved[id(t)] = _copy_to(t, device)
+        return moved[id(t)]
     if hasattr(v, "transform"):  # SampleInput, which pytree does not traverse
         out = v.transform(move)
         if "device" in out.kwargs:  # factory samples name their device
             out.kwargs["device"] = device
         return out
     return torch.utils._pytree.tree_map_only(torch.Tensor, move, v)
+
+
+def _copy_to(t: torch.Tensor, device: str) -> torch.Tensor:
+    with torch.no_grad():
+        base = t._base
+        if (base is not None and base.dtype == t.dtype and base.numel() > t.numel() and base.is_contiguous()
+                and not base.storage_offset() and not t.is_conj() and not t.is_neg()):
+            # A view of part of its storage: an op may read the rest (as_strided
+            # with a storage offset), so the device tensor is the same view of a
+            # copy of the whole base.
+            out = base.detach().to(device, copy=True).as_strided(t.size(), t.stride(), t.storage_offset())
+        else:
+            out = t.detach().to(device, copy=True)
+    return out.requires_grad_(t.requires_grad)
 
 
 def to_cpu(v):

@@ -24,7 +24,7 @@ from ._common import acc_type, half_rounding, scalar_type_name, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .reduction import _vector_norm
-from .registry import context, lowering, meta_check, meta_impl
+from .registry import context, lowering, meta_check, meta_impl, meta_kernel
 
 aten = torch.ops.aten
 
@@ -337,22 +337,54 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
     return _loss_backward(per_sample, grad_output, self, reduction)
 
 
+def _multilabel_margin(x2, target, is_target):
+    """CPU's multilabel margin loss per sample of x2 (N, C): for each target class j
+    (the targets before the first -1) and non-target class k, max(0, 1 - x[j] + x[k]),
+    summed and divided by C; `is_target` (N, C) marks the target classes."""
+    n_classes = x2.shape[1]
+    t = target.reshape(x2.shape).astype(jnp.int64)
+    listed = jnp.cumprod(t != -1, axis=1).astype(x2.dtype)
+    xt = jnp.take_along_axis(x2, jnp.clip(t, 0, n_classes - 1), axis=1)
+    others = 1 - is_target.astype(x2.dtype).reshape(x2.shape)
+    z = _hinge(1 - xt[:, :, None] + x2[:, None, :]) * listed[:, :, None] * others[:, None, :]
+    return jnp.sum(z, axis=(1, 2)) / n_classes
+
+
+def _as_samples(x):
+    return x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-dim input is one sample of one class
+
+
+@meta_kernel(aten.multilabel_margin_loss_forward.default)
+def _multilabel_margin_loss_forward_meta(self, target, reduction):
+    """PyTorch's meta kernel (its decomposition) with CPU's shape for a 1-D input's
+    unreduced loss: () where the decomposition gives (1,)."""
+    from torch._decomp.decompositions import multilabel_margin_loss_forward as decomposition
+
+    output, is_target = decomposition(self, target, reduction)
+    return (output.reshape(()) if self.dim() <= 1 else output), is_target
+
+
+@lowering(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(self, target, reduction):
+    """aten::multilabel_margin_loss_forward: (loss, is_target) of CPU's kernel
+    (`_multilabel_margin`); every target, also past the first -1, must lie in [-1, C)."""
+    x2 = _as_samples(_acc(self))
+    n_classes = x2.shape[1]
+    t = target.reshape(x2.shape).astype(jnp.int64)
+    context().check(jnp.all((t >= -1) & (t < n_classes)), RuntimeError, "argument #2 'target' is out of range")
+    listed = jnp.cumprod(t != -1, axis=1).astype(bool)
+    is_target = jnp.any(listed[:, :, None] & (t[:, :, None] == jnp.arange(n_classes)), axis=1)
+    loss = _reduce(_multilabel_margin(x2, t, is_target), reduction)
+    return (loss.reshape(context().out(0).shape).astype(context().out_dtype(0)),
+            is_target.reshape(target.shape).astype(context().out_dtype(1)))
+
+
 @lowering(aten.multilabel_margin_loss_backward.default)
 def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
-    """aten::multilabel_margin_loss_backward: the gradient of CPU's loss, for each
-    target class j (the targets before the first -1) and non-target class k,
-    max(0, 1 - x[j] + x[k]) summed and divided by C, by vjp."""
-    def per_sample(x):
-        x2 = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-dim input is one sample of one class
-        n_classes = x2.shape[1]
-        t = target.reshape(x2.shape).astype(jnp.int64)
-        listed = jnp.cumprod(t != -1, axis=1).astype(x2.dtype)
-        xt = jnp.take_along_axis(x2, jnp.clip(t, 0, n_classes - 1), axis=1)
-        others = 1 - _acc(is_target).reshape(x2.shape)
-        z = _hinge(1 - xt[:, :, None] + x2[:, None, :]) * listed[:, :, None] * others[:, None, :]
-        return jnp.sum(z, axis=(1, 2)) / n_classes
-
-    return _loss_backward(per_sample, grad_output, self, reduction)
+    """aten::multilabel_margin_loss_backward: the gradient of CPU's loss
+    (`_multilabel_margin`), by vjp."""
+    return _loss_backward(lambda x: _multilabel_margin(_as_samples(x), target, is_target), grad_output, self,
+                          reduction)
 
 
 # ------------------------------------------------------------------ normalization
@@ -1033,12 +1065,15 @@ def _fractional_max(x, kernel, out_sizes, samples, sample_dims):
     """(values, flat plane indices) of fractional max pooling over the trailing dims:
     the window of output o along a dim starts where `_fractional_starts` says, per
     plane; a window's last NaN, else its first maximum, wins (reduced one dim at a time,
-    as `_adaptive_max`). `sample_dims[d]` is the column of `samples` dim d uses."""
+    as `_adaptive_max`). `sample_dims[d]` is the column of `samples` dim d uses;
+    `samples` may hold more batches than `x` (an unbatched `x` is one), as CPU's kernel
+    reads the first ones only."""
     nsp = len(out_sizes)
     planes = x.shape[:-nsp]
     in_sizes = x.shape[-nsp:]
     plane_strides = [int(np.prod(in_sizes[i + 1:])) for i in range(nsp)]
-    u = samples.reshape(planes + (nsp,))
+    batches = planes[0] if len(planes) == 2 else 1
+    u = samples[:batches].reshape(planes + (nsp,))
     dtype = acc_type(x.dtype)
     val, flat = x, None
     for d in reversed(range(nsp)):
@@ -1419,12 +1454,24 @@ def _upsample_linear(x, out_sizes, align_corners, scales):
     return x
 
 
+def _check_upsample_sizes(in_sizes, out_sizes):
+    """ATen's upsample_{1,2,3}d_common_check: every spatial size, in and out, positive
+    (PyTorch's meta kernels of the linear modes check only some calls)."""
+    if min(in_sizes) > 0 and min(out_sizes) > 0:
+        return
+    names = "DHW"[3 - len(in_sizes):]
+    sizes = [", ".join(f"{n}: {v}" for n, v in zip(names, vs)) for vs in (in_sizes, out_sizes)]
+    joint = " and output" if len(in_sizes) == 1 else " output"
+    raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({sizes[0]}){joint} ({sizes[1]})")
+
+
 def _linear_lowerings(op, backward_op, nsp):
     def forward(self, output_size, align_corners, *scales):
         """aten::upsample_{linear1d,bilinear2d,trilinear3d}: CPU's source-index and
         weight rules (align_corners, explicit scales); uint8 bilinear2d as CPU's
         integer kernel (`_noaa_uint8_taps`, `_resample_uint8`)."""
         out_sizes = context().out().shape[-nsp:]
+        _check_upsample_sizes(self.shape[-nsp:], out_sizes)
         if nsp == 2 and self.dtype == jnp.uint8:
             return _resample_uint8(self, out_sizes,
                                    lambda n_in, n_out, i: _noaa_uint8_taps(n_in, n_out, align_corners, scales[i], False))
@@ -1625,7 +1672,10 @@ def _resample_lowerings(op, backward_op, kernel, taps, uint8_taps, half_kernel=N
         return fn(_acc(self), out_sizes, align_corners, scales, self.dtype, skip_unchanged=half_kernel is not None)
 
     def backward(grad_output, output_size, input_size, align_corners, *scales):
-        """The transpose of the forward interpolation."""
+        """The transpose of the forward interpolation; for bicubic, whose CPU backward
+        copies the gradient when no size changes, whatever the scales, that copy."""
+        if half_kernel is None and tuple(output_size) == tuple(input_size[-2:]):
+            return _acc(grad_output)
         zeros = jnp.zeros(input_size, acc_type(grad_output.dtype))
         return _transpose_of(lambda x: fn(x, output_size, align_corners, scales), zeros, grad_output)
 
