@@ -1,5 +1,6 @@
 """torch.compile(backend="neuron") against CPU eager."""
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import torchneuron
 from torchneuron import metrics
@@ -153,6 +155,60 @@ def test_dynamic_true_specializes_without_crashing():
     for n in (3, 5, 7):
         x = torch.randn(n)
         torch.testing.assert_close(cf(x.to("neuron")).cpu(), f(x))
+
+
+def test_a_float_argument_that_changes_under_dynamic_shapes():
+    # The third call makes `v` dynamic: Dynamo passes it as a 0-dim tensor read with
+    # .item(), which the per-shape compile traced without a shape environment
+    # (DataDependentOutputException). One compile per shape, not per value.
+    torch._dynamo.reset()
+
+    def f(x, v):
+        return (x * v).sin().sum()
+
+    cf = torch.compile(f, backend="neuron")
+    compiled = []
+    for n, v in [(2, 2.0), (3, 2.0), (4, 0.5), (4, 3.0), (5, 1.5)]:
+        x = torch.randn(n, requires_grad=True)
+        xd = x.detach().to("neuron").requires_grad_()
+        cf(xd, v).backward()
+        f(x, v).backward()
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
+        compiled.append(metrics.get("graphs_compiled"))
+    assert compiled[3] == compiled[2]
+    torch.testing.assert_close(cf(torch.ones(4, device="neuron"), 0.25).cpu(), torch.tensor(4 * math.sin(0.25)))
+
+
+def test_interpolation_compiles_to_the_lowered_op(monkeypatch):
+    # PyTorch's Python kernels decompose upsample ops while tracing into index
+    # arithmetic; the graph keeps the ATen op, so compiled results are eager's: CPU's
+    # weights, its uint8 integer kernel, its backward.
+    from torchneuron.compile import backend
+
+    seen = []
+    compile_graph = backend.compile_graph
+    monkeypatch.setattr(backend, "compile_graph", lambda gm, inputs, name: (
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"}),
+        compile_graph(gm, inputs, name=name))[1])
+    for mode, kw in [("bilinear", dict(scale_factor=2)), ("bicubic", dict(scale_factor=(1.1, 0.5)))]:
+        torch._dynamo.reset()
+        seen.clear()
+
+        def fn(t):
+            return F.interpolate(t, mode=mode, **kw)
+
+        cf = torch.compile(fn, backend="neuron")
+        x = torch.randn(2, 3, 5, 7, dtype=torch.float64, requires_grad=True)
+        xd = x.detach().to("neuron").requires_grad_()
+        g = torch.randn(fn(x).shape, dtype=torch.float64)
+        fn(x).backward(g)
+        cf(xd).backward(g.to("neuron"))
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
+        u = torch.randint(0, 256, (1, 3, 5, 7), dtype=torch.uint8)
+        assert torch.equal(cf(u.to("neuron")).cpu(), fn(u))
+        name = "aten.upsample_bilinear2d" if mode == "bilinear" else "aten.upsample_bicubic2d"
+        assert {f"{name}.default"} in seen and f"{name}_backward.default" in set().union(*seen)
+    torch._dynamo.reset()
 
 
 def test_dump_dir(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ communication, not a fallback, so they are allowed in strict mode and not warned
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
@@ -147,6 +148,46 @@ def _decompositions():
     return {op: _noting_refusal(op, fn) for op, fn in table.items()}
 
 
+#: Interpolation ops PyTorch decomposes while tracing (Python kernels at their Autograd
+#: and CompositeImplicitAutograd keys) into index arithmetic, where the lowering table
+#: lowers them as CPU computes them (its weights, integer kernels, size checks).
+_INTERPOLATIONS = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+                   "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",
+                   "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bilinear2d_aa",
+                   "_upsample_bicubic2d_aa")
+_TRACING_KEYS = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+@contextlib.contextmanager
+def _interpolations_kept():
+    """Traces with the Python kernels of `_INTERPOLATIONS` set aside: a `.vec` overload
+    then runs ATen's own composite (the output size, then `.default`) and `.default`
+    its autograd kernel, so the graph holds the ops eager runs, and their backward ops.
+    (Dynamo compiles under one lock, so no other trace sees them missing.)"""
+    saved = []
+    for name in _INTERPOLATIONS:
+        packet = getattr(torch.ops.aten, name)
+        if packet.default not in LOWERINGS:
+            continue
+        for op in (packet.default, packet.vec):
+            for key in _TRACING_KEYS:
+                if key in op.py_kernels:
+                    saved.append((op, key, op.py_kernels.pop(key)))
+            op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, key, kernel in saved:
+            op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+
+
+def _traced(gm, inputs):
+    """AOTAutograd's trace and compile of a Dynamo graph (`_aot`), interpolations kept."""
+    with _interpolations_kept():
+        return _aot()(gm, inputs)
+
+
 def _aot():
     return aot_autograd(
         fw_compiler=functools.partial(compile_graph, name="forward"),
@@ -167,7 +208,12 @@ _warned_dynamic = False
 
 
 class _Specializing:
-    """Compiles a Dynamo graph captured with symbolic shapes once per concrete shape."""
+    """Compiles a Dynamo graph captured with symbolic shapes once per concrete shape.
+
+    It is traced on fake copies of the call's tensors, of their concrete shapes, under a
+    shape environment: a float argument Dynamo made dynamic reaches the graph as a
+    0-dim tensor read with `.item()`, which becomes a symbolic float there (without a
+    shape environment, `.item()` of a fake tensor raises DataDependentOutputException)."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
@@ -178,8 +224,13 @@ class _Specializing:
                     for a in args)
         fn = self.cache.get(key)
         if fn is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
             refusal.take_traced()
-            fn = self.cache[key] = _aot()(self.gm, list(args))
+            mode = FakeTensorMode(shape_env=ShapeEnv())
+            fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+            fn = self.cache[key] = _traced(self.gm, fakes)
         return fn(*args)
 
 
@@ -193,4 +244,4 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
                           "(one executable per shape, cached)", stacklevel=2)
         return _Specializing(gm)
     refusal.take_traced()
-    return _aot()(gm, example_inputs)
+    return _traced(gm, example_inputs)
