@@ -210,10 +210,10 @@ _warned_dynamic = False
 class _Specializing:
     """Compiles a Dynamo graph captured with symbolic shapes once per concrete shape.
 
-    It is traced on fake copies of the call's tensors, of their concrete shapes, under a
-    shape environment: a float argument Dynamo made dynamic reaches the graph as a
-    0-dim tensor read with `.item()`, which becomes a symbolic float there (without a
-    shape environment, `.item()` of a fake tensor raises DataDependentOutputException)."""
+    A float argument Dynamo made dynamic reaches the graph as a 0-dim tensor read with
+    `.item()`, which fake tensors without a shape environment refuse
+    (DataDependentOutputException): such a graph is traced again on fake copies of the
+    call's tensors under one, where `.item()` gives a symbolic float."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
@@ -224,14 +224,37 @@ class _Specializing:
                     for a in args)
         fn = self.cache.get(key)
         if fn is None:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-            from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
             refusal.take_traced()
-            mode = FakeTensorMode(shape_env=ShapeEnv())
-            fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
-            fn = self.cache[key] = _traced(self.gm, fakes)
+            try:
+                fn = _traced(self.gm, list(args))
+            except Exception as exc:  # noqa: BLE001 - retried only for a data-dependent read
+                if not _data_dependent(exc):
+                    raise
+                fn = _traced(self.gm, _fakes_with_shape_env(args))
+            self.cache[key] = fn
         return fn(*args)
+
+
+def _data_dependent(exc: BaseException) -> bool:
+    """Whether `exc` (or an exception it was raised from) is fake tensors' refusal to
+    read a value (`.item()` of a dynamic float argument)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    while exc is not None:
+        if isinstance(exc, DataDependentOutputException):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _fakes_with_shape_env(args):
+    """Fake copies of the call's tensors, of their concrete shapes, under a shape
+    environment, where `.item()` gives a symbolic value."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    return [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
