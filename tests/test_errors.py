@@ -1,6 +1,7 @@
 """Bad input on `neuron` raises what CPU (or, for device questions, CUDA) raises:
 shape and dtype errors, tensors of two devices in one op, invalid device indices,
 and in-place writes whose memory overlaps."""
+import math
 import warnings
 
 import pytest
@@ -253,6 +254,83 @@ def test_empty_products_read_alpha_and_beta_as_cpu_does(op):
         assert got[0] is want[0], (dtype, value, got, want)
         if want[0] is None:
             torch.testing.assert_close(got[1], want[1], equal_nan=True, rtol=0, atol=0)
+
+
+def _seq(device, dtype, *shape):
+    return (torch.arange(1, math.prod(shape) + 1) % 3).reshape(shape).to(dtype).to(device)
+
+
+# Shapes CPU's matrix-product kernels answer before their dtype dispatch: an empty
+# result, or beta * self (`result.mul_(beta)`, TensorIterator's cast check) for an empty
+# contraction; addbmm runs one addmm_ per batch with beta, then 1.
+SHORTCUT_PRODUCTS = {
+    "addmm_k0": lambda d, t, b: torch.addmm(_seq(d, t, 2, 2), _seq(d, t, 2, 0), _seq(d, t, 0, 2), beta=b),
+    "addmm_empty_result": lambda d, t, b: torch.addmm(_seq(d, t, 0, 2), _seq(d, t, 0, 3), _seq(d, t, 3, 2), beta=b),
+    "baddbmm_k0": lambda d, t, b: torch.baddbmm(_seq(d, t, 2, 2, 2), _seq(d, t, 2, 2, 0), _seq(d, t, 2, 0, 2),
+                                                beta=b),
+    "addbmm_two_batches_k0": lambda d, t, b: torch.addbmm(_seq(d, t, 2, 2), _seq(d, t, 2, 2, 0),
+                                                          _seq(d, t, 2, 0, 2), beta=b),
+    "addbmm_no_batches_empty_result": lambda d, t, b: torch.addbmm(_seq(d, t, 0, 2), _seq(d, t, 0, 0, 3),
+                                                                   _seq(d, t, 0, 3, 2), beta=b),
+    "addmv_k0": lambda d, t, b: torch.addmv(_seq(d, t, 2), _seq(d, t, 2, 0), _seq(d, t, 0), beta=b),
+}
+
+
+@pytest.mark.parametrize("op", SHORTCUT_PRODUCTS, ids=str)
+def test_matrix_product_shortcuts_cast_beta_as_cpu_does(op):
+    """bool computes where the product is empty (it raised NotImplementedError); a beta
+    whose type the result cannot hold raises CPU's cast error (a float beta on int64 was
+    truncated), except for addmv, which reads it as a 0-dim tensor of the result's dtype
+    (beta=1j on bool is true)."""
+    fn = SHORTCUT_PRODUCTS[op]
+    for dtype, beta in [(torch.bool, 0), (torch.bool, True), (torch.bool, 1), (torch.bool, 1j), (torch.int64, 0.5),
+                        (torch.int64, 2), (torch.float32, 1j), (torch.float32, 0j)]:
+        with no_fallback():
+            got = _outcome(lambda _: fn("neuron", dtype, beta), "neuron", dtype)
+        want = _outcome(lambda _: fn("cpu", dtype, beta), "cpu", dtype)
+        assert got[0] is want[0], (dtype, beta, got, want)
+        if want[0] is None:
+            assert got[1].dtype == want[1].dtype and torch.equal(got[1], want[1]), (dtype, beta)
+        else:
+            assert got[1] == want[1], (dtype, beta)
+
+
+# PyTorch's Meta kernels read a complex Scalar with a zero imaginary part more strictly
+# than CPU: addmm's decomposition takes int(beta), `_refs.addr` refuses it.
+REAL_COMPLEX_SCALARS = {
+    "addmm_int": lambda d, v: torch.addmm(_seq(d, torch.int64, 2, 2), _seq(d, torch.int64, 2, 3),
+                                          _seq(d, torch.int64, 3, 2), alpha=v, beta=v),
+    "addmm_int_out": lambda d, v: torch.addmm(_seq(d, torch.int64, 2, 2), _seq(d, torch.int64, 2, 3),
+                                              _seq(d, torch.int64, 3, 2), alpha=v, beta=v,
+                                              out=torch.empty(0, dtype=torch.int64, device=d)),
+    "addmm_int_inplace": lambda d, v: _seq(d, torch.int64, 2, 2).addmm_(_seq(d, torch.int64, 2, 3),
+                                                                        _seq(d, torch.int64, 3, 2), alpha=v, beta=v),
+    "addr_float": lambda d, v: torch.addr(_seq(d, torch.float32, 2, 3), _seq(d, torch.float32, 2),
+                                          _seq(d, torch.float32, 3), alpha=v, beta=v),
+    "addr_bool": lambda d, v: torch.addr(_seq(d, torch.bool, 2, 3), _seq(d, torch.bool, 2),
+                                         _seq(d, torch.bool, 3), alpha=v, beta=v),
+}
+
+
+@pytest.mark.parametrize("op", REAL_COMPLEX_SCALARS, ids=str)
+def test_complex_scalars_with_no_imaginary_part_compute_as_on_cpu(op):
+    fn = REAL_COMPLEX_SCALARS[op]
+    for value in (0j, 1 + 0j, 2.5 + 0j, 1j):
+        with no_fallback():
+            got = _outcome(lambda _: fn("neuron", value), "neuron", torch.float32)
+        want = _outcome(lambda _: fn("cpu", value), "cpu", torch.float32)
+        assert got[0] is want[0], (value, got, want)
+        if want[0] is None:
+            assert torch.equal(got[1], want[1]), value
+        else:
+            assert got[1] == want[1], value
+
+
+def test_complex_scalars_with_no_imaginary_part_compile():
+    """Fake tensors run the same Meta kernels, so torch.compile sizes the result too."""
+    fn = REAL_COMPLEX_SCALARS["addmm_int"]
+    compiled = torch.compile(lambda d: fn(d, 2 + 0j), backend="neuron", fullgraph=True)
+    assert torch.equal(compiled("neuron").cpu(), fn("cpu", 2 + 0j))
 
 
 def test_add_alpha_kind_errors_like_cpu():

@@ -221,14 +221,16 @@ def scalar_to(value, dtype):
     """A Scalar argument as CPU's kernel reads it with `Scalar::to<T>()` for `dtype`:
     checked as `check_scalar` does, then, for a real `dtype`, a complex value's real
     part (its imaginary part is zero once the check passed: `addmm(..., beta=0j)` on
-    float tensors computes, `alpha=1j` raises). Python numbers stay Python numbers."""
+    float tensors computes, `alpha=1j` raises), and for bool whether it is nonzero (c10
+    converts 1j to true). Python numbers stay Python numbers."""
     check_scalar(value, dtype)
     if value is None or jnp.issubdtype(jnp.dtype(dtype), jnp.complexfloating):
         return value
+    boolean = jnp.dtype(dtype) == jnp.bool_
     if isinstance(value, complex):
-        return value.real
+        return value != 0 if boolean else value.real
     if not isinstance(value, (bool, int, float)) and jnp.iscomplexobj(value):
-        return jnp.real(value)
+        return value != 0 if boolean else jnp.real(value)
     return value
 
 

@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from ..runtime import dtypes as dt
-from ._common import acc_type, scalar_to, scalar_type_name
+from ._common import _category, acc_type, scalar_to, scalar_type_name
 from .indexing import host_kernel, lowered
 from .registry import context, lowering, meta_check, meta_impl, meta_kernel
 
@@ -31,6 +31,14 @@ _HIGHEST = lax.Precision.HIGHEST
 def _reject_bool(dtype, name: str) -> None:
     if jnp.dtype(dtype) == jnp.bool_:
         raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
+
+
+def _reject_bool_product(dtype, name: str, contraction: int, size: int) -> None:
+    """`_reject_bool` for a matrix product `beta * self + alpha * product`: CPU's kernel
+    returns an empty result (`size` elements), or beta * self for an empty contraction
+    (`contraction` elements summed), before it dispatches on the dtype."""
+    if contraction and size:
+        _reject_bool(dtype, name)
 
 
 # CPU's names of dtypes in its matmul dtype errors: C++ type names (caffe2::TypeMeta)
@@ -83,8 +91,18 @@ def _mm_meta_check(self, mat2, **_):
         raise _cannot_multiply(self, mat2)
 
 
+def _real_scalars(self, **scalars) -> dict:
+    """The complex `scalars` of a call on a real `self` as their real parts, for a
+    PyTorch Meta kernel that reads them more strictly than CPU (addmm's decomposition
+    takes `int(beta)`, `_refs.addr` refuses any complex): it only sizes the result, and
+    the lowering reads and checks the given values as CPU's `Scalar::to` does."""
+    if self.is_complex():
+        return {}
+    return {name: value.real for name, value in scalars.items() if isinstance(value, complex)}
+
+
 @meta_check(aten.addmm.default, aten.addmm.out)
-def _addmm_meta_check(self, mat1, mat2, **_):
+def _addmm_meta_check(self, mat1, mat2, *, beta=1, alpha=1, **_):
     """CPU's addmm: dtypes, two matrices, inner sizes (its Meta function), then `self`
     expanded to the (n, p) result (addmm_impl_cpu_), with expand's own error."""
     _check_addmm_dtypes(dt.to_jax(self.dtype), dt.to_jax(mat1.dtype), dt.to_jax(mat2.dtype))
@@ -95,6 +113,13 @@ def _addmm_meta_check(self, mat1, mat2, **_):
     if mat1.shape[1] != mat2.shape[0]:
         raise _cannot_multiply(mat1, mat2)
     _expand_check(self, (mat1.shape[0], mat2.shape[1]))
+    return _real_scalars(self, beta=beta, alpha=alpha)
+
+
+@meta_check(aten.addr.default, aten.addr.out)
+def _addr_meta_check(self, vec1, vec2, *, beta=1, alpha=1, **_):
+    """addr's Meta kernel (`_refs.addr`) sized with real `_real_scalars`."""
+    return _real_scalars(self, beta=beta, alpha=alpha)
 
 
 def _expand_check(tensor, size) -> None:
@@ -210,22 +235,16 @@ def _dot(a, b, contract, batch=((), ())):
 
 def _scaled_sum(self, product, beta, alpha, contraction):
     """beta * self + alpha * product in the accumulation dtype, rounded once to the output
-    dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0. When the
-    contracted dim (`contraction` long) or the result is empty, CPU's kernel returns
-    beta * self before its gemm reads (and checks) alpha and beta, so alpha is ignored."""
+    dtype. ATen ignores `self` entirely (NaN and Inf included) when beta == 0. CPU's
+    kernel returns an empty result before reading anything, and for an empty contracted
+    dim (`contraction` long) returns beta * self before its gemm reads (and checks)
+    alpha and beta, so alpha is ignored there."""
     out = context().out_dtype()
     acc = product.dtype
-    if contraction == 0 or product.size == 0:
-        if jnp.iscomplexobj(beta) and not jnp.issubdtype(out, jnp.complexfloating):
-            # its `result.mul_(beta)` (not for beta == 0): TensorIterator refuses the complex result
-            promoted = torch.result_type(torch.empty((), dtype=dt.to_torch(out)), 1j)
-            name = "ComplexHalf" if promoted == torch.complex32 else scalar_type_name(promoted)
-            message = f"result type {name} can't be cast to the desired output type {scalar_type_name(out)}"
-            if isinstance(beta, complex):
-                if beta != 0:
-                    raise RuntimeError(message)
-            else:
-                context().check(beta == 0, RuntimeError, message)
+    if product.size == 0:
+        return jnp.zeros(context().out().shape, out)
+    if contraction == 0:
+        _check_beta_multiplies(beta, out)
         return jnp.broadcast_to(_beta_self(self, beta, acc), context().out().shape).astype(out)
     alpha, beta = scalar_to(alpha, acc), scalar_to(beta, acc)  # read in the opmath type
     if not (isinstance(alpha, (int, float)) and alpha == 1):
@@ -233,6 +252,29 @@ def _scaled_sum(self, product, beta, alpha, contraction):
     if isinstance(beta, (int, float)) and beta == 0:
         return jnp.broadcast_to(product, context().out().shape).astype(out)
     return (_beta_self(self, beta, acc) + product).astype(out)
+
+
+#: A Python number of each `_category` (bool, int, float, complex), for type promotion.
+_CATEGORY_SAMPLES = (True, 1, 1.0, 1j)
+
+
+def _check_beta_multiplies(beta, out) -> None:
+    """CPU's empty-contraction shortcut `result.mul_(beta)` for a nonzero `beta`: a
+    Python Scalar, so TensorIterator refuses a result type (a float beta on an integer
+    result, any number but a bool on a bool one, a complex one on a real one) that cannot
+    be cast to `out`; beta == 0 zeroes the result instead."""
+    kind = _category(type(beta) if isinstance(beta, (bool, int, float, complex)) else jnp.asarray(beta).dtype)
+    out_type = dt.to_torch(out)
+    promoted = torch.result_type(torch.empty((), dtype=out_type), _CATEGORY_SAMPLES[kind])
+    if torch.can_cast(promoted, out_type):
+        return
+    name = "ComplexHalf" if promoted == torch.complex32 else scalar_type_name(promoted)
+    message = f"result type {name} can't be cast to the desired output type {scalar_type_name(out)}"
+    if isinstance(beta, (bool, int, float, complex)):
+        if beta != 0:
+            raise RuntimeError(message)
+    else:
+        context().check(beta == 0, RuntimeError, message)
 
 
 def _beta_self(self, beta, dtype):
@@ -261,7 +303,7 @@ def mm(self, mat2):
 @lowering(aten.addmm.default)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     """aten::addmm: beta * self + alpha * (mat1 @ mat2); self broadcasts to (n, p)."""
-    _reject_bool(mat1.dtype, "addmm_impl_cpu_")
+    _reject_bool_product(mat1.dtype, "addmm_impl_cpu_", mat1.shape[1], mat1.shape[0] * mat2.shape[1])
     return _scaled_sum(self, _dot(mat1, mat2, ((1,), (0,))), beta, alpha, mat1.shape[1])
 
 
@@ -280,7 +322,7 @@ def baddbmm(self, batch1, batch2, beta=1, alpha=1):
     if not jnp.dtype(self.dtype) == jnp.dtype(batch1.dtype) == jnp.dtype(batch2.dtype):
         raise RuntimeError(f"Input dtypes must be the same, got: input {_cpp(self.dtype)}, batch1: "
                            f"{_cpp(batch1.dtype)}, batch2: {_cpp(batch2.dtype)}")
-    _reject_bool(batch1.dtype, "baddbmm")
+    _reject_bool_product(batch1.dtype, "baddbmm", batch1.shape[2], math.prod(context().out().shape))
     return _scaled_sum(self, _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,))), beta, alpha, batch1.shape[2])
 
 
@@ -289,14 +331,21 @@ def addbmm(self, batch1, batch2, beta=1, alpha=1):
     """aten::addbmm: beta * self + alpha * sum_b(batch1[b] @ batch2[b]) -> (n, p),
     accumulated batch by batch like CPU."""
     _check_addmm_dtypes(self.dtype, batch1.dtype, batch2.dtype)
-    _reject_bool(batch1.dtype, "addmm_impl_cpu_")
+    _reject_bool_product(batch1.dtype, "addmm_impl_cpu_", batch1.shape[0] * batch1.shape[2],
+                         batch1.shape[1] * batch2.shape[2])
     out = context().out_dtype()
     products = _dot(batch1, batch2, ((2,), (1,)), ((0,), (0,)))
-    # CPU runs one addmm per batch, rounding the running result each time; with no
-    # batches or an empty contraction each gives beta * self alone.
-    first = _scaled_sum(self, products[0] if products.shape[0] else jnp.zeros(products.shape[1:], products.dtype),
-                        beta, alpha, products.shape[0] and batch1.shape[2])
-    if products.shape[0] == 0 or batch1.shape[2] == 0 or first.size == 0:
+    if products.shape[0] == 0:  # CPU's `result.mul_(beta)` (or zero_), whatever the result's size
+        _check_beta_multiplies(beta, out)
+        return jnp.broadcast_to(_beta_self(self, beta, products.dtype), context().out().shape).astype(out)
+    # CPU runs one addmm_ per batch, rounding the running result each time, with beta
+    # for the first and 1 for the others.
+    first = _scaled_sum(self, products[0], beta, alpha, batch1.shape[2])
+    if first.size == 0:
+        return first
+    if batch1.shape[2] == 0:  # each later addmm_ is `result.mul_(1)`
+        if products.shape[0] > 1:
+            _check_beta_multiplies(1, out)
         return first
     alpha = scalar_to(alpha, products.dtype)
 
@@ -322,7 +371,7 @@ def addmv(self, mat, vec, beta=1, alpha=1):
     """aten::addmv: beta * self + alpha * (mat @ vec). For half types CPU's gemv rounds
     beta * self and alpha to the dtype before the float32 sum; so does this. `beta` is
     static: whether it is 0 decides the result's shape for an empty matrix."""
-    _reject_bool(mat.dtype, "addmv_impl_cpu")
+    _reject_bool_product(mat.dtype, "addmv_impl_cpu", mat.shape[1], mat.shape[0])
     out = context().out_dtype()
     if mat.size == 0:  # ATen's shortcut for an empty matrix: beta * self alone, alpha unread
         if not jnp.issubdtype(out, jnp.floating) or isinstance(beta, complex):

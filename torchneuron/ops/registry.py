@@ -236,8 +236,9 @@ def meta_check(*ops):
     get wrong: they raise ValueError where CPU raises RuntimeError (add(int, int,
     alpha=2.5), masked_fill(int, m, nan)), or word as CUDA does. The eager executor runs
     the Meta kernel before the lowering; fake tensors (torch.compile) run the Python
-    kernel of the op's Meta key or `meta_table`, which both get the check too. Returns
-    `check`."""
+    kernel of the op's Meta key or `meta_table`, which both get the check too. A check
+    may return a dict of keyword arguments that replace the caller's for PyTorch's
+    kernel (Scalars read more strictly there than CPU reads them). Returns `check`."""
     from torch._decomp import global_decomposition_table, meta_table
 
     def register(check):
@@ -247,8 +248,7 @@ def meta_check(*ops):
                                                  ("meta", "post_autograd", "pre_autograd")) if op in table)
 
             def meta(*args, _inner=inner, **kwargs):
-                check(*args, **kwargs)
-                return _inner(*args, **kwargs)
+                return _inner(*args, **{**kwargs, **(check(*args, **kwargs) or {})})
 
             meta_impl(op, meta)
             if op.py_kernels.get(torch._C.DispatchKey.Meta) is inner:
