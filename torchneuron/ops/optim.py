@@ -1,19 +1,21 @@
 """Optimizer lowerings: the `_foreach_*` list ops torch.optim's foreach path uses, and
-the fused Adam, AdamW and SGD kernels (`fused=True`).
+the fused Adam, AdamW, SGD and Adagrad kernels (`fused=True`).
 
 Each `_foreach_<op>` applies the elementwise lowering of `aten.<op>` to every tensor of
 the list inside one executable, with the output dtype PyTorch computed for that
 element; in-place forms (`_foreach_add_`) derive from these as usual. Overloads whose
 per-tensor lowering does not exist yet are left to PyTorch's composite kernel (a loop
 of per-tensor ops, still native). The fused kernels follow ATen's CPU kernels
-(FusedAdamKernel.cpp, FusedSGDKernel.cpp) step for step: scalar coefficients in
-float64, per-element math in float32 for half types (float64 for float64).
+(FusedAdamKernel.cpp, FusedSGDKernel.cpp, FusedAdagradKernel.cpp) step for step:
+scalar coefficients in float64, per-element math in float32 for half types (float64 for
+float64). Each takes lr as a float (`.default`) or as a 1-element tensor (`.tensor_lr`,
+torch.optim's `lr=torch.tensor(...)`), on the CPU (0-dim) or on `neuron`.
 """
 import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ._common import acc_type
+from ._common import acc_type, not_implemented_for, scalar_type_name, true_divide
 from .registry import LOWERINGS, Context, context, lowering, meta_impl, tracing
 
 aten = torch.ops.aten
@@ -174,7 +176,67 @@ def _unscale(grads, grad_scale):
     g = [_opmath(x) for x in grads]
     if grad_scale is None:
         return g
-    return [x / grad_scale.reshape(()).astype(x.dtype) for x in g]
+    return [true_divide(x, grad_scale.reshape(()).astype(x.dtype)) for x in g]
+
+
+def _require(ok, what):
+    """ATen's TORCH_CHECK(cond) with no message, as the fused CPU kernels word it."""
+    if not ok:
+        raise RuntimeError(f"Expected {what} to be true, but got false.  (Could this error message be improved?  "
+                           "If so, please report an enhancement request to PyTorch.)")
+
+
+def _check_lr(lr):
+    """A tensor lr is read with lr.item() (CPU, and CUDA for a CPU lr): one element."""
+    if isinstance(lr, torch.Tensor) and lr.numel() != 1:
+        raise RuntimeError(f"a Tensor with {lr.numel()} elements cannot be converted to Scalar")
+
+
+def _check_float_ptrs(*tensors):
+    """grad_scale and found_inf are read through data_ptr<float>(): float32 only."""
+    for t in tensors:
+        if t is not None and t.dtype != torch.float32:
+            raise RuntimeError(f"expected scalar type Float but found {scalar_type_name(t.dtype)}")
+
+
+_FUSED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_dtypes(kernel, self, *lists):
+    """Per param, CPU's AT_DISPATCH_FLOATING_TYPES_AND2(BFloat16, Half) of `kernel` on
+    its dtype, then data_ptr<scalar_t>() of its state and grad (`lists`, empty ones
+    skipped): the same dtype."""
+    for i, p in enumerate(self):
+        if p.dtype not in _FUSED_DTYPES:
+            raise not_implemented_for(kernel, p.dtype)
+        for lst in lists:
+            if lst and lst[i].dtype != p.dtype:
+                raise RuntimeError(f"expected scalar type {scalar_type_name(p.dtype)} but found "
+                                   f"{scalar_type_name(lst[i].dtype)}")
+
+
+def _fused_adam_meta(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *args, lr=None,
+                     amsgrad=False, grad_scale=None, found_inf=None, **kwargs):
+    """Meta kernel of aten::_fused_adam_/_fused_adamw_ (.default and .tensor_lr, which
+    ATen has none for): the checks of the CPU kernel (FusedAdam.cpp) in its order. (CPU
+    skips the list checks when found_inf is 1, a value a meta kernel cannot read.)"""
+    _check_lr(lr)
+    _check_float_ptrs(grad_scale, found_inf)
+    n = len(self)
+    _require(len(grads) == n, "grads.size() == n_tensors")
+    _require(len(exp_avgs) == n, "exp_avgs.size() == n_tensors")
+    _require(len(exp_avg_sqs) == n, "exp_avg_sqs.size() == n_tensors")
+    if amsgrad:
+        _require(len(max_exp_avg_sqs) == n, "max_exp_avg_sqs.size() == n_tensors")
+    else:
+        _require(len(max_exp_avg_sqs) == 0, "max_exp_avg_sqs.empty()")
+    _require(len(state_steps) == n, "state_steps.size() == n_tensors")
+    _check_dtypes("fused_adam_kernel", self, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, grads)
+
+
+for _ov in (aten._fused_adam_.default, aten._fused_adam_.tensor_lr, aten._fused_adamw_.default,
+            aten._fused_adamw_.tensor_lr):
+    meta_impl(_ov, _fused_adam_meta)
 
 
 def _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
@@ -209,7 +271,7 @@ def _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, 
             new_vmax.append(v_hat)
         else:
             v_hat = v
-        denom = jnp.sqrt(v_hat) / bc2_sqrt.astype(op) + np.asarray(eps, op)
+        denom = true_divide(jnp.sqrt(v_hat), bc2_sqrt.astype(op)) + np.asarray(eps, op)
         new_p.append(param - step_size.astype(op) * m / denom)
         new_m.append(m)
         new_v.append(v)
@@ -229,9 +291,12 @@ _ADAM_STATIC = ("beta1", "beta2", "weight_decay", "eps")
 @lowering(aten._fused_adam_.default, aten._fused_adam_.tensor_lr, mutates=True, static=_ADAM_STATIC)
 def fused_adam_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay,
                 eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    """aten::_fused_adam_: one Adam step (L2 weight decay) over lists of params and
-    their state, in place; lr is a float or a 1-element tensor (tensor_lr); each
-    state_steps[i] (already incremented) drives the bias corrections."""
+    """aten::_fused_adam_ (.default, .tensor_lr): one Adam step (L2 weight decay) over
+    lists of params and their state, in place. Lists of n tensors, each state tensor
+    (and grad) of its param's shape and dtype (float32/64, bfloat16, float16);
+    max_exp_avg_sqs empty unless amsgrad; state_steps[i] a 1-element tensor (already
+    incremented) driving the bias corrections; lr a float or a 1-element tensor (read
+    in float64, as CPU's lr.item<double>()); grad_scale/found_inf 1-element float32."""
     return _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay,
                  eps, amsgrad, maximize, grad_scale, found_inf, adamw=False)
 
@@ -239,22 +304,20 @@ def fused_adam_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps
 @lowering(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr, mutates=True, static=_ADAM_STATIC)
 def fused_adamw_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay,
                  eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    """aten::_fused_adamw_: one AdamW step (decoupled weight decay), in place."""
+    """aten::_fused_adamw_ (.default, .tensor_lr): one AdamW step (decoupled weight
+    decay), in place; arguments as in `fused_adam_`."""
     return _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay,
                  eps, amsgrad, maximize, grad_scale, found_inf, adamw=True)
 
 
-def _fused_sgd_meta(self, grads, momentum_buffer_list, weight_decay, momentum, *args, **kwargs):
+def _fused_sgd_meta(self, grads, momentum_buffer_list, weight_decay, momentum, *args, lr=None, **kwargs):
     """Meta kernel of aten::_fused_sgd_ (ATen has none; the executor runs the meta
-    kernel first for CPU's errors): the list-length checks of the CPU kernel."""
-    def require(ok, what):
-        if not ok:
-            raise RuntimeError(f"Expected {what} to be true, but got false.  (Could this error message be improved?  "
-                               "If so, please report an enhancement request to PyTorch.)")
-
-    require(len(grads) == len(self), "grads.size() == n_tensors")
+    kernel first for CPU's errors): the list-length checks of the CPU kernel, and a
+    tensor lr's one element."""
+    _check_lr(lr)
+    _require(len(grads) == len(self), "grads.size() == n_tensors")
     if momentum != 0:
-        require(len(momentum_buffer_list) == len(self), "momentum_buffer_list.size() == n_tensors")
+        _require(len(momentum_buffer_list) == len(self), "momentum_buffer_list.size() == n_tensors")
 
 
 for _ov in (aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr):
@@ -290,5 +353,65 @@ def fused_sgd_(self, grads, momentum_buffer_list, weight_decay, momentum, lr, da
         "self": _skip_if_inf(found_inf, new_p, self),
         "grads": _skip_if_inf(found_inf, grads_unscaled, grads),
         "momentum_buffer_list": _skip_if_inf(found_inf, new_buf, momentum_buffer_list),
+    }
+    return (), updates
+
+
+def _fused_adagrad_meta(self, grads, state_sums, state_steps, *args, lr=None, grad_scale=None, found_inf=None,
+                        **kwargs):
+    """Meta kernel of aten::_fused_adagrad_ (.default and .tensor_lr; ATen has none):
+    the checks of the CPU kernel (FusedAdagrad.cpp) in its order."""
+    _check_lr(lr)
+    _check_float_ptrs(grad_scale, found_inf)
+    n = len(self)
+    _require(len(grads) == n, "grads.size() == n_tensors")
+    _require(len(state_sums) == n, "state_sums.size() == n_tensors")
+    _require(len(state_steps) == n, "state_steps.size() == n_tensors")
+    _check_dtypes("fused_adagrad_kernel", self, grads, state_sums)
+
+
+for _ov in (aten._fused_adagrad_.default, aten._fused_adagrad_.tensor_lr):
+    meta_impl(_ov, _fused_adagrad_meta)
+
+
+@lowering(aten._fused_adagrad_.default, aten._fused_adagrad_.tensor_lr, mutates=True,
+          static=("lr_decay", "weight_decay", "eps"))
+def fused_adagrad_(self, grads, state_sums, state_steps, lr, lr_decay, weight_decay, eps, maximize, grad_scale=None,
+                   found_inf=None):
+    """aten::_fused_adagrad_ (.default, .tensor_lr): one Adagrad step in place, as ATen's
+    CPU kernel (FusedAdagradKernel.cpp). Lists of n tensors: params, grads and
+    state_sums of one shape and dtype per i (float32/64, bfloat16, float16);
+    state_steps[i] a 1-element tensor (already incremented), read as a float32;
+    lr a float or a 1-element tensor; grad_scale/found_inf 1-element float32.
+
+    clr = lr / (1 + (step - 1) * lr_decay) in float64, then per element in the opmath
+    type (float32 for half types, every constant in it): g = grad / grad_scale
+    (written back to the grads), negated under maximize, plus weight_decay * param;
+    state_sum += g * g; param -= clr * g / (sqrt(state_sum) + eps). found_inf == 1
+    leaves everything as it was. (CPU's build contracts `g + param * weight_decay` and
+    `state_sum + g * g` into fused multiply-adds, as XLA's CPU backend does: results
+    are CPU's bitwise there; a backend that does not contract them can differ by an
+    ulp in float32/float64.)"""
+    grads_unscaled = _unscale(grads, grad_scale)
+    lr = jnp.asarray(lr, jnp.float64).reshape(())
+    new_p, new_sum = [], []
+    for i, p in enumerate(self):
+        op = acc_type(p.dtype)
+        step = state_steps[i].reshape(()).astype(jnp.float32).astype(jnp.float64)  # state_step.item<float>()
+        clr = (lr / (1 + (step - 1) * lr_decay)).astype(op)
+        g = grads_unscaled[i]
+        if maximize:
+            g = -g
+        param = _opmath(p)
+        if weight_decay != 0:
+            g = g + param * np.asarray(weight_decay, op)
+        s = _opmath(state_sums[i]) + g * g
+        new_p.append(param - clr * g / (jnp.sqrt(s) + np.asarray(eps, op)))
+        new_sum.append(s)
+    updates = {
+        "self": _skip_if_inf(found_inf, new_p, self),
+        "grads": _skip_if_inf(found_inf, grads_unscaled, grads),
+        "state_sums": _skip_if_inf(found_inf, new_sum, state_sums),
+        "state_steps": state_steps,  # written per .default's schema (Tensor(d!)[]), never changed
     }
     return (), updates
