@@ -367,3 +367,36 @@ def test_scatter_reduce_into_bool(reduce, include_self):
     src = torch.tensor([False, True, True, False, True])
     idx = torch.tensor([0, 1, 1, 3, 2])
     check(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, idx, src)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_reads_max_and_min_as_amax_and_amin(reduce, include_self):
+    """CPU accepts "max"/"min" as aliases (PyTorch's meta kernel refused them), in place
+    and with out= too; the lowering used to read "max" as a minimum."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    index = torch.tensor([[0, 0], [1, 1]])
+    src = torch.tensor([[-2.0, 5.0], [4.0, -1.0]])
+    check(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), x, index, src)
+    check(lambda x, i, s: x.clone().scatter_reduce_(1, i, s, reduce, include_self=include_self), x, index, src)
+    check(lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self,
+                                               out=torch.empty_like(x)), x, index, src)
+
+
+@pytest.mark.parametrize("reduce", ["foo", "max", "sum"])
+def test_index_reduce_refuses_reductions_cpu_refuses(reduce):
+    """Any name but prod/mean/amax/amin raises CPU's RuntimeError before the index is
+    read; "max" used to compute a minimum."""
+    x, source = torch.ones(2, 4), torch.arange(8.0).reshape(2, 4)
+    for index in (torch.tensor([1, 1]), torch.tensor([1.0, 1.0])):
+        check_like_cpu(lambda x, i, s: x.index_reduce(0, i, s, reduce), x, index, source)
+
+
+@pytest.mark.parametrize("index", [[1.0, 1.0], [[1, 1]], [1, 1, 1]], ids=["float", "2d", "too_many"])
+def test_index_reduce_checks_its_index_as_cpu(index):
+    """A float index computed (the same checks as index_add's now run first)."""
+    x, source = torch.ones(2, 4), torch.arange(8.0).reshape(2, 4)
+    with pytest.raises(Exception) as cpu:
+        x.index_reduce(0, torch.tensor(index), source, "prod")
+    with pytest.raises(type(cpu.value), match=str(cpu.value)[:40].replace("(", r"\(").replace(")", r"\)")):
+        x.to("neuron").index_reduce(0, torch.tensor(index).to("neuron"), source.to("neuron"), "prod")

@@ -675,3 +675,46 @@ def test_cdist_gradients_when_only_one_side_is_batched():
                 torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist").sum().backward()
                 grads.append([None if g is None else g.cpu() for g in (a.grad, b.grad)])
             torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("case", [
+    ([0.5, 0.2], [2.0, 0.0]), ([0.5, 0.2], [float("nan"), 0.0]), ([0.5, 0.2], [-1.0, 0.0]),
+    ([0.5, 1.5], [2.0, 0.0]), ([1.5, 0.2], [2.0, 0.0]), ([0.5, 0.2], [1.0, 0.0])],
+    ids=["target_2", "target_nan", "target_negative", "target_first", "input_first", "valid"])
+def test_binary_cross_entropy_checks_targets_like_cpu(case):
+    """CPU checks input then target element by element: the first bad element decides
+    the error. Targets outside [0, 1] used to compute."""
+    x, t = (torch.tensor(v) for v in case)
+    try:
+        want = F.binary_cross_entropy(x, t)
+    except RuntimeError as exc:
+        with pytest.raises(RuntimeError, match=str(exc)):
+            F.binary_cross_entropy(x.to("neuron"), t.to("neuron"))
+            torch.neuron.synchronize()
+        compiled = torch.compile(F.binary_cross_entropy, backend="neuron")
+        with pytest.raises(RuntimeError, match=str(exc)):
+            compiled(x.to("neuron"), t.to("neuron"))
+            torch.neuron.synchronize()
+        return
+    with no_fallback():
+        torch.testing.assert_close(F.binary_cross_entropy(x.to("neuron"), t.to("neuron")).cpu(), want)
+
+
+@pytest.mark.parametrize("conv, x, w, kwargs", [
+    (F.conv_transpose1d, (1, 3, 4), (3, 2, 3), dict(stride=1, output_padding=1)),
+    (F.conv_transpose2d, (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=2, output_padding=2)),
+    (F.conv_transpose2d, (1, 3, 4, 4), (3, 2, 3, 3), dict(stride=1, dilation=2, output_padding=1)),
+    (F.conv_transpose3d, (1, 3, 3, 3, 3), (3, 2, 2, 2, 2), dict(stride=(2, 1, 1), output_padding=(1, 0, 1))),
+], ids=["1d", "2d", "2d_dilation_allows", "3d"])
+def test_conv_transpose_output_padding_must_be_below_stride_or_dilation(conv, x, w, kwargs):
+    """slow_conv_transpose's shape check, with CPU's message; neuron computed a larger
+    output."""
+    x, w = torch.ones(x), torch.ones(w)
+    try:
+        want = conv(x, w, **kwargs)
+    except RuntimeError as exc:
+        with pytest.raises(RuntimeError) as got:
+            conv(x.to("neuron"), w.to("neuron"), **kwargs)
+        assert str(got.value) == str(exc)
+        return
+    check(lambda x, w: conv(x, w, **kwargs), x, w)

@@ -232,7 +232,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "half-precision rounding of alpha: CPU's scalar loop, which handles tensors shorter than one vector "
              "(fewer than 32 float16 elements on this machine; the vector width depends on the CPU), rounds "
              "alpha * other to float16 before adding, where its vector loop and neuron compute self + alpha * other "
-             "in float32 and round once: 1-ulp differences (max error vs float64 on sample 10: CPU 0.0107, "
+             "in float32 (alpha rounded to float16) and round once: 1-ulp differences (max error vs float64 on sample 10: CPU 0.0107, "
              "neuron 0.00684)"),
     **_cases(("_native_batch_norm_legit",), ("forward",), ("float32", "float64"), _BN_EVAL_STATISTICS),
     **_cases(("native_batch_norm",), ("forward", "out"), ("float32", "float64"), _BN_EVAL_STATISTICS),

@@ -4,6 +4,7 @@ Arithmetic computes in the output dtype PyTorch chose (`context().out_dtype()`),
 type promotion is exactly ATen's; comparisons compute in the promoted input type.
 Half-precision inputs compute in float32 and round once, as ATen's CPU kernels do.
 """
+import functools
 import math
 
 import jax
@@ -29,6 +30,31 @@ def _compute(dtype):
     return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
+def _operands_in_half(*positions):
+    """For a lowering of a TensorIterator op: with a float16/bfloat16 result, the
+    arguments at `positions` (Python numbers, 0-dim tensors of a wider type) rounded to
+    that dtype first. CPU's TensorIterator casts every input to the common dtype before
+    the kernel computes in float32, so `x_half + 0.1` adds half(0.1) and `fmod(x_half,
+    0.1)` divides by it; only mul and div read their second operand at full precision
+    (`original_scalar_value`), so they round the first alone."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def rounded(*args, **kwargs):
+            out = _out()
+            if out in _HALF:
+                args = tuple(_in_dtype(a, out) if i in positions else a for i, a in enumerate(args))
+            return fn(*args, **kwargs)
+        return rounded
+    return wrap
+
+
+def _in_dtype(x, dtype):
+    """`x` (array or number; None kept) as an array of `dtype`, unless it is one."""
+    if x is None or (isinstance(x, jax.Array) and x.dtype == dtype):
+        return x
+    return cast(x, dtype)
+
+
 def _alpha(x, alpha):
     return x if alpha is None or (isinstance(alpha, (int, float)) and alpha == 1) else x * alpha
 
@@ -46,6 +72,13 @@ def _alpha_kind_check(out_kind: int, alpha) -> None:
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
     if kind == 3 and out_kind != 3:
         raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+def _half_alpha(alpha, out):
+    """add/sub's alpha as CPU's half-type kernels read it: rounded to the half dtype."""
+    if out not in _HALF or (isinstance(alpha, (int, float)) and alpha == 1):
+        return alpha
+    return cast(alpha, out)
 
 
 def _check_alpha(out, alpha):
@@ -67,22 +100,26 @@ def _alpha_meta_check(self, other, alpha=1, **_):
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
+@_operands_in_half(0, 1)
 def add(self, other, alpha=1):
     out = _out()
     _check_alpha(out, alpha)
     c = _compute(out)
+    alpha = _half_alpha(alpha, out)
     if out == jnp.bool_:  # self + alpha * other in bool arithmetic: self or (alpha and other)
         return jnp.logical_or(cast(self, jnp.bool_), _alpha(cast(other, jnp.bool_), alpha))
     return (cast(self, c) + _alpha(cast(other, c), alpha)).astype(out)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
+@_operands_in_half(0, 1)
 def sub(self, other, alpha=1):
     out = _out()
     if out == jnp.bool_:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
     _check_alpha(out, alpha)
     c = _compute(out)
+    alpha = _half_alpha(alpha, out)
     return (cast(self, c) - _alpha(cast(other, c), alpha)).astype(out)
 
 
@@ -92,6 +129,7 @@ def rsub(self, other, alpha=1):
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
+@_operands_in_half(0)
 def mul(self, other):
     out = _out()
     if out == jnp.bool_:
@@ -115,6 +153,7 @@ def _floor_divide_int(a, b):
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@_operands_in_half(0)
 def div(self, other, rounding_mode=None):
     out = _out()
     c = _compute(out)
@@ -158,6 +197,7 @@ def floor_divide(self, other):
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@_operands_in_half(0, 1)
 def remainder(self, other):
     out = _out()
     c = _compute(out)
@@ -173,6 +213,7 @@ def remainder(self, other):
 
 
 @lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+@_operands_in_half(0, 1)
 def fmod(self, other):
     out = _out()
     c = _compute(out)
@@ -189,7 +230,7 @@ def pow_tensor_scalar(self, exponent):
     """aten::pow.Tensor_Scalar: `pow`, after CPU's negative-integer-exponent check."""
     _check_int_pow_exponent(self, exponent)
     _check_pow_exponent_fits(_out(), exponent)
-    return pow(self, exponent)
+    return _pow(self, exponent, _out())
 
 
 @lowering(aten.pow_.Scalar, mutates=True)
@@ -203,8 +244,15 @@ def pow__scalar(self, exponent):
 
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+@_operands_in_half(0)
 def pow(self, exponent):
-    return _pow(self, exponent, _out())
+    """aten::pow.Tensor_Tensor / pow.Scalar. A 0-dim exponent tensor of a wider type is
+    rounded to a half result type (TensorIterator's cast); a number exponent (only
+    `_foreach_pow`'s Scalar overloads pass one) is read as pow.Tensor_Scalar reads it."""
+    out = _out()
+    if out in _HALF and not is_number(exponent):
+        exponent = _in_dtype(exponent, out)
+    return _pow(self, exponent, out)
 
 
 def _pow(self, exponent, out):
@@ -303,6 +351,7 @@ def float_power(self, exponent):
 
 
 @lowering(aten.atan2.default)
+@_operands_in_half(0, 1)
 def atan2(self, other):
     out = _out()
     c = _compute(out)
@@ -310,6 +359,7 @@ def atan2(self, other):
 
 
 @lowering(aten.hypot.default)
+@_operands_in_half(0, 1)
 def hypot(self, other):
     out = _out()
     c = _compute(out)
@@ -317,6 +367,7 @@ def hypot(self, other):
 
 
 @lowering(aten.copysign.Tensor, aten.copysign.Scalar)
+@_operands_in_half(0, 1)
 def copysign(self, other):
     out = _out()
     c = _compute(out)
@@ -324,6 +375,7 @@ def copysign(self, other):
 
 
 @lowering(aten.nextafter.default)
+@_operands_in_half(0, 1)
 def nextafter(self, other):
     out = _out()
     return jnp.nextafter(cast(self, out), cast(other, out))
@@ -522,8 +574,8 @@ def _igamma(lower: bool):
     return igamma
 
 
-lowering(aten.igamma.default)(_igamma(True))
-lowering(aten.igammac.default)(_igamma(False))
+lowering(aten.igamma.default)(_operands_in_half(0, 1)(_igamma(True)))
+lowering(aten.igammac.default)(_operands_in_half(0, 1)(_igamma(False)))
 
 
 @lowering(aten.softshrink_backward.default, aten.hardshrink_backward.default)
@@ -956,12 +1008,14 @@ def _times_log(x, y, log, out):
 
 
 @lowering(aten.xlogy)
+@_operands_in_half(0, 1)
 def xlogy(self, other):
     """`aten::xlogy` (all overloads): self * log(other), see `_times_log`."""
     return _times_log(self, other, jnp.log, _out())
 
 
 @lowering(aten.special_xlog1py)
+@_operands_in_half(0, 1)
 def special_xlog1py(self, other):
     """`aten::special_xlog1py` (all overloads): self * log1p(other), see `_times_log`."""
     return _times_log(self, other, jnp.log1p, _out())
@@ -1013,13 +1067,20 @@ def addcdiv(self, tensor1, tensor2, value=1):
 def lerp_scalar(self, end, weight):
     """`aten::lerp.Scalar`: `weight` read as CPU's kernel reads it, checked, in the
     compute type (`scalar_to`)."""
-    return lerp(self, end, scalar_to(weight, _compute(_out())))
+    return _lerp(self, end, scalar_to(weight, _compute(_out())))
 
 
 @lowering(aten.lerp.Tensor)
+@_operands_in_half(2)
 def lerp(self, end, weight):
-    """`aten::lerp.Tensor`: self + weight * (end - self) in the compute type, in ATen's
-    two forms (the second for |weight| >= 0.5, exact at weight = 1)."""
+    """`aten::lerp.Tensor`: `_lerp`, with a 0-dim weight of a wider type rounded to the
+    half types as TensorIterator casts it."""
+    return _lerp(self, end, weight)
+
+
+def _lerp(self, end, weight):
+    """self + weight * (end - self) in the compute type, in ATen's two forms (the second
+    for |weight| >= 0.5, exact at weight = 1)."""
     out = _out()
     c = _compute(out)
     a, b, w = cast(self, c), cast(end, c), cast(weight, c)

@@ -104,17 +104,38 @@ def _index_select_meta_check(self, dim, index, **_):
 
 @meta_check(aten.index_add.default, aten.index_add.out, aten.index_add_.default)
 def _index_add_meta_check(self, dim, index, source, **_):
-    _vector_index(index, _INT_INDEX,
-                  (IndexError, f"index_add_(): Index is supposed to be a vector, but got dim: {index.dim()} "
-                               f"with type: {type_name(index.dtype)} and size: {list(index.shape)}"),
-                  (RuntimeError, f"index_add_(): Expected dtype int32/int64 for index but got: "
-                                 f"{type_name(index.dtype)}"))
+    _index_func_index_check("index_add", index)
     _index_source_check("index_add", self, dim, index, source)
 
 
+def _index_func_index_check(func: str, index) -> None:
+    """ATen's index_func_meta_impl checks of `index`: a vector of int32/int64."""
+    _vector_index(index, _INT_INDEX,
+                  (IndexError, f"{func}_(): Index is supposed to be a vector, but got dim: {index.dim()} "
+                               f"with type: {type_name(index.dtype)} and size: {list(index.shape)}"),
+                  (RuntimeError, f"{func}_(): Expected dtype int32/int64 for index but got: "
+                                 f"{type_name(index.dtype)}"))
+
+
 @meta_check(aten.index_reduce.default, aten.index_reduce_.default)
-def _index_reduce_meta_check(self, dim, index, source, *_, **__):
+def _index_reduce_meta_check(self, dim, index, source, reduce, *_, **__):
+    """CPU's index_reduce checks the reduction's name first (PyTorch's meta kernel does
+    not check it), then the index and `_index_source_check`."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    _index_func_index_check("index_reduce", index)
     _index_source_check("index_reduce", self, dim, index, source)
+
+
+#: CPU's scatter_reduce reads "max" and "min" as "amax" and "amin" (get_operator_enum).
+_SCATTER_REDUCE_ALIASES = {"max": "amax", "min": "amin"}
+
+
+@meta_check(aten.scatter_reduce.two, aten.scatter_reduce.two_out, aten.scatter_reduce_.two)
+def _scatter_reduce_meta_check(self, dim, index, src, reduce, **_):
+    """PyTorch's meta kernel refuses "max" and "min", which CPU accepts as aliases."""
+    if reduce in _SCATTER_REDUCE_ALIASES:
+        return {"reduce": _SCATTER_REDUCE_ALIASES[reduce]}
 
 
 def _index_source_check(func: str, self, dim: int, index, source) -> None:
@@ -599,6 +620,7 @@ def scatter_reduce(self, dim, index, src, reduce, include_self=True):
     """`aten::scatter_reduce.two`: reduce "sum", "prod", "mean", "amax" or "amin" of
     the values scattered to each position (and of `self` if `include_self`).
     Positions nothing is scattered to keep `self`. Integer "mean" floors, as on CPU."""
+    reduce = _SCATTER_REDUCE_ALIASES.get(reduce, reduce)
     if reduce == "mean" and self.dtype == jnp.bool_:
         raise not_implemented("scatter_gather_tensor_cpu_reduce_mean", self.dtype)
     if index.size == 0:

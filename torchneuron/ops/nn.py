@@ -215,12 +215,27 @@ def _check_probabilities(x):
     context().check(jnp.all((x >= 0) & (x <= 1)), RuntimeError, "all elements of input should be between 0 and 1")
 
 
+def _check_probabilities_and_targets(x, t):
+    """CPU's binary_cross_entropy kernel checks input, then target, element by element:
+    the first element where either lies outside [0, 1] (or is NaN) decides the error."""
+    bad_x, bad_t = ~((x >= 0) & (x <= 1)), ~((t >= 0) & (t <= 1))
+
+    def first(bad):
+        bad = jnp.ravel(bad)
+        return jnp.where(jnp.any(bad), jnp.argmax(bad), bad.size)
+
+    ix, it = first(bad_x), first(bad_t)
+    context().check(~(jnp.any(bad_x) & (ix <= it)), RuntimeError, "all elements of input should be between 0 and 1")
+    context().check(it >= ix, RuntimeError, "all elements of target should be between 0 and 1")
+
+
 @lowering(aten.binary_cross_entropy.default)
 def binary_cross_entropy(self, target, weight=None, reduction=_MEAN):
     """aten::binary_cross_entropy: -w (t log x + (1 - t) log(1 - x)), each log clamped
-    at -100 like CPU; inputs outside [0, 1] raise RuntimeError at the next sync."""
+    at -100 like CPU; inputs or targets outside [0, 1] raise RuntimeError at the next
+    sync."""
     x, t = _acc(self), _acc(target)
-    _check_probabilities(x)
+    _check_probabilities_and_targets(x, t)
     loss = -(t * jnp.maximum(jnp.log(x), -100.0) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100.0))
     if weight is not None:
         loss = loss * _acc(weight)
@@ -722,6 +737,19 @@ def _convolution_meta_check(input, weight, bias, stride, padding, dilation, tran
         raise RuntimeError("dilation should be greater than zero")
     if any(d == 0 for d in dilation):
         raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+    if transposed and not all(o < s or o < d for o, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError(_output_padding_message(output_padding, stride, dilation))
+
+
+def _output_padding_message(output_padding, stride, dilation) -> str:
+    """slow_conv_transpose{2,3}d's shape-check message; a 1-d convolution runs as 2-d
+    with a height of output padding 0, stride 1 and dilation 1."""
+    if len(stride) == 1:
+        output_padding, stride, dilation = (0, *output_padding), (1, *stride), (1, *dilation)
+    dims = ("depth", "height", "width")[-len(stride):]
+    parts = [f"{label}_{dim}: {v}" for label, values in (("output_padding", output_padding), ("stride", stride),
+                                                         ("dilation", dilation)) for dim, v in zip(dims, values)]
+    return "output padding must be smaller than either stride or dilation, but got " + " ".join(parts)
 
 
 @lowering(aten.convolution.default)

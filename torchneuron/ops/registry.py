@@ -237,8 +237,8 @@ def meta_check(*ops):
     alpha=2.5), masked_fill(int, m, nan)), or word as CUDA does. The eager executor runs
     the Meta kernel before the lowering; fake tensors (torch.compile) run the Python
     kernel of the op's Meta key or `meta_table`, which both get the check too. A check
-    may return a dict of keyword arguments that replace the caller's for PyTorch's
-    kernel (Scalars read more strictly there than CPU reads them). Returns `check`."""
+    may return a dict of arguments (by schema name) that replace the caller's for
+    PyTorch's kernel (Scalars read more strictly there than CPU reads them). Returns `check`."""
     from torch._decomp import global_decomposition_table, meta_table
 
     def register(check):
@@ -247,8 +247,17 @@ def meta_check(*ops):
             inner = next(table[op] for table in (global_decomposition_table[k] for k in
                                                  ("meta", "post_autograd", "pre_autograd")) if op in table)
 
-            def meta(*args, _inner=inner, **kwargs):
-                return _inner(*args, **{**kwargs, **(check(*args, **kwargs) or {})})
+            def meta(*args, _inner=inner, _names=[a.name for a in op._schema.arguments], **kwargs):
+                replaced = check(*args, **kwargs)
+                if replaced:
+                    args = list(args)
+                    for name, value in replaced.items():
+                        i = _names.index(name)
+                        if i < len(args):
+                            args[i] = value
+                        else:
+                            kwargs[name] = value
+                return _inner(*args, **kwargs)
 
             meta_impl(op, meta)
             if op.py_kernels.get(torch._C.DispatchKey.Meta) is inner:
