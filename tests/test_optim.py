@@ -238,6 +238,16 @@ OPTIMIZERS = {
 }
 
 
+def _train(model, opt, model_n, opt_n, x, y, steps=3):
+    """`steps` MSE training steps of the CPU model and its neuron copy, no CPU fallback."""
+    with no_fallback():
+        for _ in range(steps):
+            for m, o, a, b in ((model, opt, x, y), (model_n, opt_n, x.to("neuron"), y.to("neuron"))):
+                o.zero_grad()
+                torch.nn.functional.mse_loss(m(a), b).backward()
+                o.step()
+
+
 @pytest.mark.parametrize("impl", ["for_loop", "foreach", "fused", "default"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_optimizer_steps_match_cpu(name, impl):
@@ -248,12 +258,7 @@ def test_optimizer_steps_match_cpu(name, impl):
     model_n = copy.deepcopy(model).to("neuron")
     x, y = torch.randn(8, 5), torch.randn(8, 2)
     opt, opt_n = OPTIMIZERS[name](model.parameters(), **kw), OPTIMIZERS[name](model_n.parameters(), **kw)
-    with no_fallback():
-        for _ in range(3):
-            for m, o, a, b in ((model, opt, x, y), (model_n, opt_n, x.to("neuron"), y.to("neuron"))):
-                o.zero_grad()
-                torch.nn.functional.mse_loss(m(a), b).backward()
-                o.step()
+    _train(model, opt, model_n, opt_n, x, y)
     for p, pn in zip(model.parameters(), model_n.parameters()):
         torch.testing.assert_close(pn.detach().cpu(), p.detach(), atol=1e-6, rtol=1e-5)
     step = opt_n.state[next(iter(model_n.parameters()))].get("step")
@@ -281,12 +286,7 @@ def test_fused_optimizers_with_tensor_lr_match_cpu(name, lr_device):
     x, y = torch.randn(8, 5), torch.randn(8, 2)
     opt = TENSOR_LR[name](model.parameters(), torch.tensor(0.01))
     opt_n = TENSOR_LR[name](model_n.parameters(), torch.tensor(0.01, device=lr_device))
-    with no_fallback():
-        for _ in range(3):
-            for m, o, a, b in ((model, opt, x, y), (model_n, opt_n, x.to("neuron"), y.to("neuron"))):
-                o.zero_grad()
-                torch.nn.functional.mse_loss(m(a), b).backward()
-                o.step()
+    _train(model, opt, model_n, opt_n, x, y)
     for p, pn in zip(model.parameters(), model_n.parameters()):
         torch.testing.assert_close(pn.detach().cpu(), p.detach(), atol=1e-6, rtol=1e-5)
         for key, value in opt.state[p].items():

@@ -215,17 +215,22 @@ def _check_dtypes(kernel, self, *lists):
                                    f"{scalar_type_name(lst[i].dtype)}")
 
 
+def _check_arguments(lr, grad_scale, found_inf, n, **lists) -> None:
+    """The fused kernels' first checks, in their order: lr, grad_scale/found_inf, then
+    each named tensor list holds `n` tensors."""
+    _check_lr(lr)
+    _check_float_ptrs(grad_scale, found_inf)
+    for name, tensors in lists.items():
+        _require(len(tensors) == n, f"{name}.size() == n_tensors")
+
+
 def _fused_adam_meta(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *args, lr=None,
                      amsgrad=False, grad_scale=None, found_inf=None, **kwargs):
     """Meta kernel of aten::_fused_adam_/_fused_adamw_ (.default and .tensor_lr, which
     ATen has none for): the checks of the CPU kernel (FusedAdam.cpp) in its order. (CPU
     skips the list checks when found_inf is 1, a value a meta kernel cannot read.)"""
-    _check_lr(lr)
-    _check_float_ptrs(grad_scale, found_inf)
     n = len(self)
-    _require(len(grads) == n, "grads.size() == n_tensors")
-    _require(len(exp_avgs) == n, "exp_avgs.size() == n_tensors")
-    _require(len(exp_avg_sqs) == n, "exp_avg_sqs.size() == n_tensors")
+    _check_arguments(lr, grad_scale, found_inf, n, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs)
     if amsgrad:
         _require(len(max_exp_avg_sqs) == n, "max_exp_avg_sqs.size() == n_tensors")
     else:
@@ -361,12 +366,8 @@ def _fused_adagrad_meta(self, grads, state_sums, state_steps, *args, lr=None, gr
                         **kwargs):
     """Meta kernel of aten::_fused_adagrad_ (.default and .tensor_lr; ATen has none):
     the checks of the CPU kernel (FusedAdagrad.cpp) in its order."""
-    _check_lr(lr)
-    _check_float_ptrs(grad_scale, found_inf)
-    n = len(self)
-    _require(len(grads) == n, "grads.size() == n_tensors")
-    _require(len(state_sums) == n, "state_sums.size() == n_tensors")
-    _require(len(state_steps) == n, "state_steps.size() == n_tensors")
+    _check_arguments(lr, grad_scale, found_inf, len(self), grads=grads, state_sums=state_sums,
+                     state_steps=state_steps)
     _check_dtypes("fused_adagrad_kernel", self, grads, state_sums)
 
 
