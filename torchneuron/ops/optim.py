@@ -329,6 +329,13 @@ for _ov in (aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr):
     meta_impl(_ov, _fused_sgd_meta)
 
 
+def _decayed(grad, param, maximize: bool, weight_decay: float, op):
+    """The gradient as the fused SGD and Adagrad kernels step along it (in opmath type
+    `op`): negated under maximize, plus weight_decay * param."""
+    g = -grad if maximize else grad
+    return g + param * np.asarray(weight_decay, op) if weight_decay != 0 else g
+
+
 @lowering(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, mutates=True,
           static=("weight_decay", "momentum", "dampening"))
 def fused_sgd_(self, grads, momentum_buffer_list, weight_decay, momentum, lr, dampening, nesterov, maximize,
@@ -340,12 +347,8 @@ def fused_sgd_(self, grads, momentum_buffer_list, weight_decay, momentum, lr, da
     new_p, new_buf = [], []
     for i, p in enumerate(self):
         op = acc_type(p.dtype)
-        g = grads_unscaled[i]
-        if maximize:
-            g = -g
         param = _opmath(p)
-        if weight_decay != 0:
-            g = g + param * np.asarray(weight_decay, op)
+        g = _decayed(grads_unscaled[i], param, maximize, weight_decay, op)
         if momentum != 0:
             if is_first_step:
                 buf = g
@@ -400,12 +403,8 @@ def fused_adagrad_(self, grads, state_sums, state_steps, lr, lr_decay, weight_de
         op = acc_type(p.dtype)
         step = state_steps[i].reshape(()).astype(jnp.float32).astype(jnp.float64)  # state_step.item<float>()
         clr = (lr / (1 + (step - 1) * lr_decay)).astype(op)
-        g = grads_unscaled[i]
-        if maximize:
-            g = -g
         param = _opmath(p)
-        if weight_decay != 0:
-            g = g + param * np.asarray(weight_decay, op)
+        g = _decayed(grads_unscaled[i], param, maximize, weight_decay, op)
         s = _opmath(state_sums[i]) + g * g
         new_p.append(param - clr * g / (jnp.sqrt(s) + np.asarray(eps, op)))
         new_sum.append(s)
