@@ -1,6 +1,7 @@
 """Neural-network ops on `neuron` against CPU PyTorch: forward, backward, errors, and
 short training runs of an MLP and a CNN."""
 import copy
+import math
 
 import pytest
 import torch
@@ -718,3 +719,26 @@ def test_conv_transpose_output_padding_must_be_below_stride_or_dilation(conv, x,
         assert str(got.value) == str(exc)
         return
     check(lambda x, w: conv(x, w, **kwargs), x, w)
+
+
+@pytest.mark.parametrize("unpool, x, indices", [
+    (F.max_unpool2d, (1, 2, 2, 2), [[[0, 100], [3, 2]], [[0, 1], [2, 3]]]),
+    (F.max_unpool2d, (1, 2, 2, 2), [[[0, 1], [2, 3]], [[7, 99], [-5, 3]]]),
+    (F.max_unpool2d, (1, 2, 2, 2), [[[0, 0], [0, 0]], [[5, 1], [15, 1]]]),
+    (F.max_unpool1d, (1, 2, 2), [[0, 3], [100, 1]]),
+    (F.max_unpool3d, (1, 1, 2, 2, 2), [[[[0, 63], [3, 2]], [[9, 9], [2, 64]]]]),
+], ids=["2d_too_large", "2d_last_of_two_named", "2d_repeated_last_wins", "1d", "3d"])
+def test_max_unpool_places_values_and_checks_indices_like_cpu(unpool, x, indices):
+    """CPU's kernel: a repeated index keeps the later value; a bad index raises its
+    RuntimeError naming the last bad one (the decomposition raised IndexError)."""
+    x, indices = torch.arange(float(math.prod(x))).reshape(x), torch.tensor([indices])
+    try:
+        want = unpool(x, indices, 2)
+    except RuntimeError as exc:
+        with pytest.raises(RuntimeError) as got:
+            unpool(x.to("neuron"), indices.to("neuron"), 2)
+            torch.neuron.synchronize()
+        assert str(got.value) == str(exc)
+        return
+    with no_fallback():
+        assert torch.equal(unpool(x.to("neuron"), indices.to("neuron"), 2).cpu(), want)

@@ -12,6 +12,7 @@ tensor), as on CPU.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -903,6 +904,39 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
 def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """aten::max_pool3d_with_indices_backward."""
     return _max_pool_backward(grad_output, self, indices, 3)
+
+
+@lowering(aten.max_unpool2d.default)
+def max_unpool2d(self, indices, output_size):
+    """aten::max_unpool2d: `_max_unpool` over (H, W) = output_size."""
+    return _max_unpool(self, indices, tuple(output_size))
+
+
+@lowering(aten.max_unpool3d.default)
+def max_unpool3d(self, indices, output_size, stride, padding):
+    """aten::max_unpool3d: `_max_unpool` over (D, H, W) = output_size."""
+    return _max_unpool(self, indices, tuple(output_size))
+
+
+def _max_unpool(self, indices, size):
+    """CPU's max_unpooling kernel (MaxUnpoolKernel.cpp): self (..., *in) and int64
+    indices of its shape, each a flat position in the plane of `size` of its channel ->
+    (..., *size), zero where no index lands, the later element where several do. An
+    index outside [0, prod(size)) raises CPU's RuntimeError naming the last one, as
+    its loop does single-threaded (the PyTorch decomposition raised IndexError)."""
+    lead = self.shape[:self.ndim - len(size)]
+    plane = math.prod(size)
+    x = self.reshape(-1, math.prod(self.shape[len(lead):]))
+    idx = indices.reshape(x.shape).astype(jnp.int64)
+    bad = ((idx < 0) | (idx >= plane)).reshape(-1)
+    context().check(~jnp.any(bad), RuntimeError,
+                    f"Found an invalid max index: {{}} (output volumes are of size {'x'.join(map(str, size))})",
+                    value=idx.reshape(-1)[bad.size - 1 - jnp.argmax(bad[::-1])])
+    rows = jnp.arange(x.shape[0])[:, None]
+    order = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape)
+    winner = jnp.full((x.shape[0], plane), -1, jnp.int64).at[rows, idx].max(order, mode="drop")
+    out = jnp.where(winner >= 0, jnp.take_along_axis(x, jnp.maximum(winner, 0), axis=1), jnp.zeros((), x.dtype))
+    return out.reshape(*lead, *size)
 
 
 def _avg_divisor(in_sizes, out_sizes, kernel, stride, padding, count_include_pad):
