@@ -227,7 +227,7 @@ def fmod(self, other):
 
 @lowering(aten.pow.Tensor_Scalar)
 def pow_tensor_scalar(self, exponent):
-    """aten::pow.Tensor_Scalar: `pow`, after CPU's negative-integer-exponent check."""
+    """aten::pow.Tensor_Scalar: `_pow`, after CPU's negative-integer-exponent check."""
     _check_int_pow_exponent(self, exponent)
     _check_pow_exponent_fits(_out(), exponent)
     return _pow(self, exponent, _out())
