@@ -108,3 +108,15 @@ def test_embedding_bag_bad_input_raises_like_cpu(mode, indices, offsets):
     weight = torch.randn(10, 3)
     check_like_cpu(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), weight, torch.tensor(indices),
                    torch.tensor(offsets))
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.int64])
+def test_max_mode_with_a_last_offset_is_probed_with_real_shapes(weight_dtype):
+    """The dtype probe ran CPU's kernel on one-element stand-ins: offsets shrunk to one
+    element with include_last_offset make zero bags, which CPU's max mode reads out of
+    bounds (the process crashed). Real-shape stand-ins still find CPU's refusal of an
+    integer weight."""
+    weight = (torch.arange(50) % 7).reshape(5, 10).to(weight_dtype)[:, ::2]  # non-contiguous
+    indices, offsets = torch.tensor([0, 2, 1, 4, 3, 3]), torch.tensor([0, 2, 4])
+    check_like_cpu(lambda w, i, o: F.embedding_bag(i, w, o, mode="max", include_last_offset=True),
+                   weight, indices, offsets)

@@ -51,6 +51,13 @@ def beyond_cpu(op: torch._ops.OpOverload, why: str) -> None:
     BEYOND_CPU[op] = why
 
 
+#: Ops whose CPU kernel reads out of bounds on one-element stand-ins, which the probe
+#: asks with stand-ins of the real shapes only: `_embedding_bag` in max mode with
+#: include_last_offset and a single offset (zero bags) crashes the process (a segfault
+#: in PyTorch 2.14's CPU kernel), and any call with offsets shrinks to that.
+_REAL_SHAPES_ONLY = frozenset({torch.ops.aten._embedding_bag.default,
+                               torch.ops.aten._embedding_bag_forward_only.default})
+
 # (op, argument signature) -> CPU's refusal of the stand-ins' dtypes, or None
 _refusals: Dict[tuple, Optional[Tuple[type, str]]] = {}
 
@@ -192,8 +199,9 @@ def _refusal_of_standins(op, values) -> Optional[Tuple[type, str]]:
     call's other arguments (a kernel size, `k`, a channel count), of the real shapes
     when the call is small (inputs and output). The meta kernel bounds the output first;
     where it refuses the call itself (no meta kernel, or one that words CPU's dtype
-    refusal its own way), only the one-element stand-ins are asked."""
-    for shrink in (True, False):
+    refusal its own way), only the one-element stand-ins are asked. Ops in
+    `_REAL_SHAPES_ONLY` skip the one-element stand-ins."""
+    for shrink in (False,) if op in _REAL_SHAPES_ONLY else (True, False):
         if not shrink and (_elements(values) > _ELEMENT_LIMIT or _all_tensors_in(values, _EVERY_KERNELS_DTYPES)):
             return None
         try:
