@@ -89,3 +89,55 @@ def test_a_non_contiguous_self_is_accepted_like_cpu():
         got = torch._scaled_mm(a.to("neuron"), b.to("neuron"), scale_a.to("neuron"), scale_b.to("neuron"),
                                out_dtype=torch.bfloat16)
     torch.testing.assert_close(got.cpu(), want)
+
+
+def _stretched(t, dim):
+    """`t`'s values in a view whose dim `dim` has twice the stride."""
+    shape = list(t.shape)
+    shape[dim] *= 2
+    wide = torch.zeros(shape, dtype=t.dtype)
+    index = tuple(slice(None, None, 2) if d == dim else slice(None) for d in range(t.dim()))
+    wide[index] = t
+    return wide[index]
+
+
+@pytest.mark.parametrize("position, dim", [(1, 1), (4, 1), (1, 0), (4, 0)],
+                         ids=["scale_a_dim1", "scale_b_dim1", "scale_a_dim0", "scale_b_dim0"])
+def test_rowwise_v2_scales_need_a_unit_last_stride_like_cpu(position, dim):
+    """CPU's row-wise kernel refuses a scale whose stride(1) is not 1, even where that
+    dim has size 1 (ValueError), and accepts a stride on dim 0. Neuron computed."""
+    op = next(o for o in OPS if o.name == "torch._scaled_mm_v2")
+    sample = next(s for s in op.sample_inputs("cpu", torch.float8_e4m3fn) if s.args[1][0].numel() > 1)
+    args = list(sample.args)
+    args[position] = [_stretched(args[position][0], dim)]
+    sample.args = tuple(args)
+    try:
+        want = op(sample.input, *sample.args, **sample.kwargs)
+    except ValueError as exc:
+        dev = to_device(sample, "neuron")
+        with pytest.raises(ValueError, match=str(exc).replace("(", r"\(").replace(")", r"\)")):
+            op(dev.input, *dev.args, **dev.kwargs)
+        return
+    dev = to_device(sample, "neuron")
+    with no_fallback():
+        torch.testing.assert_close(op(dev.input, *dev.args, **dev.kwargs).cpu(), want)
+
+
+@pytest.mark.parametrize("scale, dim", [("a", 1), ("b", 1), ("a", 0), ("b", 0)])
+def test_rowwise_scales_must_be_contiguous_like_cpu(scale, dim):
+    """aten::_scaled_mm's row-wise scaling needs contiguous scales: CPU's ValueError
+    and message otherwise (a scale_b of one row strided on dim 0 is contiguous)."""
+    a, b = _fp8((8, 32), 0), _fp8((16, 32), 1).t()
+    scales = {"a": torch.rand(8, 1, generator=torch.Generator().manual_seed(2)) + 0.5,
+              "b": torch.rand(1, 16, generator=torch.Generator().manual_seed(3)) + 0.5}
+    scales[scale] = _stretched(scales[scale], dim)
+    args = (a, b, scales["a"], scales["b"])
+    try:
+        want = torch._scaled_mm(*args, out_dtype=torch.bfloat16)
+    except ValueError as exc:
+        with pytest.raises(ValueError) as got:
+            torch._scaled_mm(*to_device(args, "neuron"), out_dtype=torch.bfloat16)
+        assert str(got.value) == str(exc)
+        return
+    with no_fallback():
+        torch.testing.assert_close(torch._scaled_mm(*to_device(args, "neuron"), out_dtype=torch.bfloat16).cpu(), want)

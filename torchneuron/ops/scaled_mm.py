@@ -14,6 +14,7 @@ import torch
 from jax import lax
 
 from ._common import convert
+from .indexing import type_name
 from .registry import context, lowering, meta_check, meta_kernel
 
 aten = torch.ops.aten
@@ -24,22 +25,27 @@ _NO_SWIZZLE = 0
 _FLOAT8_OUT_WITH_SCALE = (jnp.float8_e4m3fn, jnp.float8_e5m2)
 
 
-def _scaling(mat_a, mat_b, scale_a, scale_b) -> int:
+def _scaling(mat_a, mat_b, scale_a, scale_b, contiguous: bool = False) -> int:
     """_TENSORWISE or _ROWWISE, as ATen's ``get_joint_scaling`` decides (torch tensors,
-    meta ones included); ValueError, the CPU's error type, for any other configuration."""
+    meta ones included); ValueError, the CPU's error type, for any other configuration.
+    `contiguous`: row-wise scales must be contiguous (aten::_scaled_mm's rule;
+    _scaled_mm_v2 checks their last stride alone)."""
     if (mat_a.dtype.is_floating_point and mat_a.element_size() == 1 and mat_b.dtype.is_floating_point
             and mat_b.element_size() == 1 and scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32):
         if scale_a.numel() == 1 and scale_b.numel() == 1:
             return _TENSORWISE
         if (mat_a.dim() == 2 and mat_b.dim() == 2 and tuple(scale_a.shape) == (mat_a.shape[0], 1)
-                and tuple(scale_b.shape) == (1, mat_b.shape[1])):
+                and tuple(scale_b.shape) == (1, mat_b.shape[1])
+                and not (contiguous and not (scale_a.is_contiguous() and scale_b.is_contiguous()))):
             return _ROWWISE
     raise ValueError(
         "Invalid scaling configuration.\n- For TensorWise scaling, a and b should be float8, scales should be "
         "float and singletons.\n- For RowWise scaling, a and b should be float8, scales should be float, scale_a "
         f"should be ({mat_a.shape[0]}, 1) and scale_b should be (1, {mat_b.shape[-1]}), and both should be "
-        f"contiguous.\nGot a.dtype()={mat_a.dtype}, scale_a.size()={list(scale_a.shape)}, "
-        f"b.dtype()={mat_b.dtype}, scale_b.size()={list(scale_b.shape)}")
+        f"contiguous.\nGot mat_a.dtype()={type_name(mat_a.dtype)}, scale_a.dtype()={type_name(scale_a.dtype)}, "
+        f"scale_a.size()={list(scale_a.shape)}, scale_a.stride()={list(scale_a.stride())}, "
+        f"mat_b.dtype()={type_name(mat_b.dtype)}, scale_b.dtype()={type_name(scale_b.dtype)}, "
+        f"scale_b.size()={list(scale_b.shape)} and scale_b.stride()={list(scale_b.stride())}")
 
 
 def _check_matrices(mat_a, mat_b, bias, scale_result) -> None:
@@ -61,7 +67,7 @@ def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, 
     """aten::_scaled_mm's Meta kernel with CPU's checks and error types, replacing
     PyTorch's, which follows CUDA's kernel: RuntimeError where CPU raises ValueError,
     and layouts CPU accepts (a non-contiguous `self`; CPU makes it contiguous) refused."""
-    _scaling(self, mat2, scale_a, scale_b)
+    _scaling(self, mat2, scale_a, scale_b, contiguous=True)
     _check_matrices(self, mat2, bias, scale_result)
     return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
 
@@ -90,6 +96,10 @@ def _scaled_mm_v2_checks(self, mat2, scale_a, recipe_a, swizzle_a, scale_b, reci
     if list(recipe_a)[:1] != [kind] or list(recipe_b)[:1] != [kind]:
         raise ValueError("Invalid scaling configuration: the CPU supports TensorWise or RowWise recipes, "
                          "matching the scales' shapes")
+    if kind == _ROWWISE:  # the row-wise kernel reads each scale with a unit last stride, whatever its size
+        for name, scale in (("scale_a", scale_a[0]), ("scale_b", scale_b[0])):
+            if scale.stride(1) != 1:
+                raise ValueError(f"expected {name}.stride(1) to be 1, but got {scale.stride(1)}")
 
 
 def _emulated(mat_a, mat_b, scale_a, scale_b, bias, scale_result, out_dtype):
