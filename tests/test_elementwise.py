@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers import check, check_grad, no_fallback
 
@@ -273,6 +274,17 @@ HALF_SCALAR_OPERANDS = {
     "pow_scalar_exponent": lambda t, s: torch.pow(t, s),
     "lerp_0d_weight": lambda t, s: torch.lerp(t, t.flip(0), torch.tensor(s)),
     "lerp_scalar_weight": lambda t, s: torch.lerp(t, t.flip(0), s),
+    "eq": lambda t, s: torch.eq(t.round(decimals=1), s),
+    "ne_0d": lambda t, s: torch.ne(t.round(decimals=1), torch.tensor(s)),
+    "le": lambda t, s: torch.le(t.round(decimals=1), s),
+    "gt_0d_left": lambda t, s: torch.gt(torch.tensor(s), t.round(decimals=1)),
+    "threshold": lambda t, s: F.threshold(t.round(decimals=1), s, 7.0),
+    "threshold_backward": lambda t, s: torch.ops.aten.threshold_backward(t, t.round(decimals=1), s),
+    "foreach_lerp": lambda t, s: torch._foreach_lerp([t], [t.flip(0)], s)[0],
+    "foreach_lerp_list": lambda t, s: torch._foreach_lerp([t], [t.flip(0)], [s])[0],
+    "logaddexp_0d": lambda t, s: torch.logaddexp(t, torch.tensor(s)),
+    "logaddexp2_0d_left": lambda t, s: torch.logaddexp2(torch.tensor(s, dtype=torch.float64), t),
+    "logaddexp_tensors": lambda t, s: torch.logaddexp(t, t.flip(0) * s),
 }
 
 
@@ -280,7 +292,9 @@ HALF_SCALAR_OPERANDS = {
 @pytest.mark.parametrize("op", HALF_SCALAR_OPERANDS, ids=str)
 def test_half_results_round_scalar_operands_as_cpu(op, dtype):
     """Bit for bit: `x_half + 0.1` differed from CPU in 13% of float16 elements and
-    fmod(x_half, 0.1) in 88%, as neuron computed with the unrounded scalar."""
+    fmod(x_half, 0.1) in 88%, as neuron computed with the unrounded scalar. Comparisons
+    round the scalar too (x_half == 0.1 holds for x = half(0.1)); threshold and
+    `_foreach_lerp`'s number weight read it in float32, as CPU's kernels do."""
     x = (torch.randn(1024, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
     for s in (0.1, 1 / 3):
         expected = HALF_SCALAR_OPERANDS[op](x, s)
@@ -288,3 +302,18 @@ def test_half_results_round_scalar_operands_as_cpu(op, dtype):
             actual = HALF_SCALAR_OPERANDS[op](x.to("neuron"), s).cpu()
         assert actual.dtype == expected.dtype
         assert torch.equal(actual.nan_to_num(), expected.nan_to_num()), (s, (actual != expected).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", [torch.mul, torch.div, lambda a, b: torch.div(a, b, rounding_mode="floor")],
+                         ids=["mul", "div", "floor_divide"])
+def test_half_scalar_times_integer_tensor_rounds_the_integers(op, dtype):
+    """A 0-dim half tensor times an integer tensor has a half result, and CPU casts the
+    integers to it first (2041 is 2040 in bfloat16); only a scalar second operand is
+    read whole."""
+    ints = torch.arange(2040, 2060)
+    for args in ((torch.tensor(1.5, dtype=dtype), ints), (ints, torch.tensor(1.5, dtype=dtype))):
+        expected = op(*args)
+        with no_fallback():
+            actual = op(*(a.to("neuron") for a in args)).cpu()
+        assert torch.equal(actual, expected)

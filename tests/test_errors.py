@@ -281,10 +281,12 @@ def test_matrix_product_shortcuts_cast_beta_as_cpu_does(op):
     """bool computes where the product is empty (it raised NotImplementedError); a beta
     whose type the result cannot hold raises CPU's cast error (a float beta on int64 was
     truncated), except for addmv, which reads it as a 0-dim tensor of the result's dtype
-    (beta=1j on bool is true)."""
+    (beta=1j on bool is true). A complex beta on bfloat16 names CPU's BComplex32 (a
+    KeyError before)."""
     fn = SHORTCUT_PRODUCTS[op]
     for dtype, beta in [(torch.bool, 0), (torch.bool, True), (torch.bool, 1), (torch.bool, 1j), (torch.int64, 0.5),
-                        (torch.int64, 2), (torch.float32, 1j), (torch.float32, 0j)]:
+                        (torch.int64, 2), (torch.float32, 1j), (torch.float32, 0j), (torch.bfloat16, 0j),
+                        (torch.bfloat16, 1j), (torch.float16, 1j)]:
         with no_fallback():
             got = _outcome(lambda _: fn("neuron", dtype, beta), "neuron", dtype)
         want = _outcome(lambda _: fn("cpu", dtype, beta), "cpu", dtype)
@@ -811,3 +813,26 @@ def test_tensors_of_dtypes_neuron_cannot_compute_in_move_but_are_not_copied_from
         assert torch.equal(copy.deepcopy(loaded).view(base.dtype).cpu(), base)
         with pytest.raises(TypeError, match="neuron does not support dtype"):
             cpu.to("neuron")
+
+
+SUB_WITH_BOOLS = {
+    "tensor_minus_true": lambda d: torch.randn(3, device=d) - True,
+    "true_minus_tensor": lambda d: True - torch.randn(3, device=d),
+    "rsub_true": lambda d: torch.rsub(torch.randn(3, device=d), True),
+    "sub_true_out": lambda d: torch.sub(torch.randn(3, device=d), True, out=torch.empty(3, device=d)),
+    "sub_true_inplace": lambda d: torch.randn(3, device=d).sub_(True),
+    "half_minus_false": lambda d: torch.randn(3, device=d).half() - False,
+    "bool_minus_one": lambda d: torch.ones(3, dtype=torch.bool, device=d) - 1,
+    "bools": lambda d: torch.ones(3, dtype=torch.bool, device=d) - torch.ones(3, dtype=torch.bool, device=d),
+}
+
+
+@pytest.mark.parametrize("case", SUB_WITH_BOOLS)
+def test_subtraction_with_a_bool_raises_as_on_cpu(case):
+    """CPU's sub_check refuses a bool operand, a Python bool included (NotImplementedError,
+    its message); neuron computed `x - True`."""
+    with pytest.raises(NotImplementedError) as cpu:
+        SUB_WITH_BOOLS[case]("cpu")
+    with pytest.raises(NotImplementedError) as neuron:
+        SUB_WITH_BOOLS[case]("neuron")
+    assert str(neuron.value) == str(cpu.value)

@@ -400,3 +400,16 @@ def test_index_reduce_checks_its_index_as_cpu(index):
         x.index_reduce(0, torch.tensor(index), source, "prod")
     with pytest.raises(type(cpu.value), match=str(cpu.value)[:40].replace("(", r"\(").replace(")", r"\)")):
         x.to("neuron").index_reduce(0, torch.tensor(index).to("neuron"), source.to("neuron"), "prod")
+
+
+@pytest.mark.parametrize("op", ["index_reduce", "index_reduce_", "index_add"])
+@pytest.mark.parametrize("dim", [2, -3])
+def test_index_functions_check_their_dim(op, dim):
+    """A dim outside [-ndim, ndim) raises CPU's IndexError (neuron wrapped it)."""
+    x, index, source = torch.ones(4, 4), torch.tensor([0, 1]), torch.ones(4, 2)
+    args = (dim, index, source) + (("prod",) if op.startswith("index_reduce") else ())
+    with pytest.raises(IndexError) as cpu:
+        getattr(x.clone(), op)(*args)
+    with pytest.raises(IndexError) as neuron:
+        getattr(x.to("neuron"), op)(*(a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args))
+    assert str(neuron.value) == str(cpu.value)

@@ -742,3 +742,38 @@ def test_max_unpool_places_values_and_checks_indices_like_cpu(unpool, x, indices
         return
     with no_fallback():
         assert torch.equal(unpool(x.to("neuron"), indices.to("neuron"), 2).cpu(), want)
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: F.max_unpool2d(torch.zeros(0, 3, 2, 2, device=d), torch.zeros(0, 3, 2, 2, dtype=torch.long, device=d), 2),
+    lambda d: F.max_unpool1d(torch.zeros(0, 3, 2, device=d), torch.zeros(0, 3, 2, dtype=torch.long, device=d), 2),
+    lambda d: F.max_unpool3d(torch.zeros(0, 3, 2, 2, 2, device=d), torch.zeros(0, 3, 2, 2, 2, dtype=torch.long,
+                                                                                  device=d), 2),
+    lambda d: torch.ops.aten.max_unpool2d(torch.ones(1, 2, 2, 2, device=d),
+                                          torch.full((1, 2, 2, 2), 99, dtype=torch.long, device=d), [0, 4]),
+    lambda d: torch.ops.aten.max_unpool3d(torch.ones(1, 2, 2, 2, 2, device=d),
+                                          torch.ones(1, 2, 2, 2, 2, dtype=torch.long, device=d), [0, 4, 4], [2, 2, 2],
+                                          [0, 0, 0]),
+], ids=["2d_empty_batch", "1d_empty_batch", "3d_empty_batch", "2d_empty_output", "3d_empty_output"])
+def test_max_unpool_of_nothing_is_empty_as_on_cpu(call):
+    """CPU returns an empty (or all-zero) result before its loop, checking no index; the
+    lowering raised ValueError (argmax of nothing) or named an index."""
+    want = call("cpu")
+    with no_fallback():
+        got = call("neuron")
+    assert got.shape == want.shape and torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("params", [
+    ([2, 2], [0, 0], [1, 1], True, [1, 1, 1]), ([2, 2], [0, 0, 0], [1, 1], True, [1, 1]),
+    ([2, 2, 2], [0, 0], [1, 1], False, [0, 0]), ([1, 1], [0, 0], [1, 1, 1], False, [0]), ([1, 1], [0], [1], False, []),
+], ids=["output_padding", "padding", "stride", "dilation", "empty_output_padding"])
+def test_convolution_parameter_lists_match_the_spatial_dims(params):
+    """expand_param_if_needed: one value or one per spatial dim, else CPU's RuntimeError
+    naming the list (neuron computed with a list one too long)."""
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.ops.aten.convolution(x, w, None, *params, 1)
+    with pytest.raises(RuntimeError) as neuron:
+        torch.ops.aten.convolution(x.to("neuron"), w.to("neuron"), None, *params, 1)
+    assert str(neuron.value) == str(cpu.value)

@@ -214,6 +214,21 @@ _FUSED_ERRORS = {
                                   RuntimeError, "expected scalar type Float but found Double"),
     "sgd_lr_2_elements": (lambda: torch._fused_sgd_(_t(), _t(), [], lr=torch.tensor([.1, .2]), **_SGD),
                           RuntimeError, "a Tensor with 2 elements cannot be converted to Scalar"),
+    "sgd_buffers_without_momentum": (lambda: torch._fused_sgd_(_t(), _t(), _t(), lr=0.1, **_SGD),
+                                     RuntimeError, r"Expected momentum_buffer_list.empty\(\)"),
+    "sgd_grad_float64": (lambda: torch._fused_sgd_(_t(1), _t(1, torch.float64), [], lr=0.1, **_SGD),
+                         RuntimeError, "expected scalar type Float but found Double"),
+    "sgd_buffer_float16": (lambda: torch._fused_sgd_(_t(1), _t(1), _t(1, torch.float16), lr=0.1,
+                                                     **{**_SGD, "momentum": 0.9}),
+                           RuntimeError, "expected scalar type Float but found Half"),
+    "sgd_grad_scale_float64": (lambda: torch._fused_sgd_(_t(), _t(), [], lr=0.1,
+                                                         grad_scale=torch.tensor(2.0, dtype=torch.float64), **_SGD),
+                               RuntimeError, "expected scalar type Float but found Double"),
+    "sgd_found_inf_float16": (lambda: torch._fused_sgd_(_t(), _t(), [], lr=0.1,
+                                                        found_inf=torch.tensor(0.0, dtype=torch.float16), **_SGD),
+                              RuntimeError, "expected scalar type Float but found Half"),
+    "sgd_int64": (lambda: torch._fused_sgd_(_t(1, torch.int64), _t(1, torch.int64), [], lr=0.1, **_SGD),
+                  NotImplementedError, "\"fused_sgd_kernel\" not implemented for 'Long'"),
 }
 
 

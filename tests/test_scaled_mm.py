@@ -141,3 +141,17 @@ def test_rowwise_scales_must_be_contiguous_like_cpu(scale, dim):
         return
     with no_fallback():
         torch.testing.assert_close(torch._scaled_mm(*to_device(args, "neuron"), out_dtype=torch.bfloat16).cpu(), want)
+
+
+def test_rowwise_scales_need_a_unit_last_stride_like_cpu():
+    """A (M, 1) scale made by transposing a row is contiguous but has stride(1) == M:
+    CPU's row-wise kernel refuses it (ValueError) for aten::_scaled_mm as for
+    _scaled_mm_v2; neuron computed."""
+    a, b = _fp8((8, 32), 0), _fp8((16, 32), 1).t()
+    scale_a = (torch.rand(1, 8, generator=torch.Generator().manual_seed(2)) + 0.5).t()
+    scale_b = torch.rand(1, 16, generator=torch.Generator().manual_seed(3)) + 0.5
+    with pytest.raises(ValueError) as cpu:
+        torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as got:
+        torch._scaled_mm(*to_device((a, b, scale_a, scale_b), "neuron"), out_dtype=torch.bfloat16)
+    assert str(got.value) == str(cpu.value) == "expected scale_a.stride(1) to be 1, but got 8"

@@ -37,7 +37,8 @@ def _import(path: str):
 
 
 def load():
-    """Returns the loaded shim module, building it on first use (about 30-60 s).
+    """Returns the loaded shim module, building it on first use (30-60 s on free cores,
+    a few minutes on two busy ones; a line on stderr says so).
 
     The build lands in ``$TORCHNEURON_CACHE_DIR/extensions/<hash of source, torch and
     Python versions>/torchneuron_C.so``. Concurrent first imports are safe: one process
@@ -77,6 +78,8 @@ def _build(build_dir: str, target: str):
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     private = tempfile.mkdtemp(prefix="build-", dir=build_dir)
+    # The build is silent and can take minutes: without a word it looks like a hang.
+    print(f"torchneuron: building the C++ extension once (cached in {build_dir})", file=sys.stderr, flush=True)
     module = cpp_extension.load(
         name="torchneuron_C",
         sources=_SOURCES,

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from .. import _extension, metrics, profiler
-from ..ops.registry import Context, Lowering, OutSpec, tracing
+from ..ops.registry import Context, Lowering, OutSpec, laid_out, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
-from . import executable_cache, out_dtypes, out_overlap, refusal
+from . import executable_cache, meta_device, out_dtypes, out_overlap, refusal
 
 # Argument kinds, from the schema.
 TENSOR, TENSOR_LIST, DYNAMIC, DYNAMIC_LIST, GENERATOR, STATIC = range(6)
@@ -678,6 +678,12 @@ class OpKernel:
         """Runs PyTorch's meta kernel: raises CPU's errors. Returns, per tensor output
         (flattened over Tensor[] outputs), (shape, stride, dtype) of the tensor written
         or made, and per output what the lowering computes before the cast into it."""
+        if self.op in refusal.BEYOND_CPU:  # CPU's meta branch refuses what these compute
+            return self._run_meta(values)
+        with meta_device.eager_meta():
+            return self._run_meta(values)
+
+    def _run_meta(self, values):
         margs = [_to_meta(v) for v in values]
         schema_args = self.op._schema.arguments
         pos = [m for m, a in zip(margs, schema_args) if not a.kwarg_only]
@@ -705,6 +711,7 @@ class OpKernel:
             outs = [margs[i] for i in self.out_idx]
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
+            rets = laid_out(self.op, rets, pos, kw)
             outs = _flatten([r for r, src in zip(rets, self.return_src) if src is None])
         metas = [(tuple(o.shape), tuple(o.stride()), o.dtype) if isinstance(o, torch.Tensor)
                  else None if o is None else int(o) for o in outs]

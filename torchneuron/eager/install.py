@@ -7,7 +7,7 @@ import torch
 from .. import _extension, config
 from ..ops import fallback, registry
 from ..runtime import dtypes
-from . import cpu_routes, executor, host_kernels, math_bits
+from . import cpu_routes, executor, host_kernels, math_bits, meta_device
 
 _libs = []
 #: OpOverload -> the kernel registered for it (used by tests and the coverage report).
@@ -77,6 +77,7 @@ def install() -> None:
     executor._fast_signature = shim.fast_signature
     executor._new_output = shim.new_output
     host_kernels._tensor_meta = shim.tensor_meta
+    meta_device.install()
     # Import the lowering modules so they fill the table.
     from .. import ops as _ops  # noqa: F401
     from ..kernels import grouped_mm  # noqa: F401  (the kernel library's ATen lowerings)

@@ -30,19 +30,21 @@ def _compute(dtype):
     return jnp.dtype(jnp.float32) if jnp.dtype(dtype) in _HALF else jnp.dtype(dtype)
 
 
-def _operands_in_half(*positions):
+def _operands_in_half(*positions, tensors_only=()):
     """For a lowering of a TensorIterator op: with a float16/bfloat16 result, the
-    arguments at `positions` (Python numbers, 0-dim tensors of a wider type) rounded to
-    that dtype first. CPU's TensorIterator casts every input to the common dtype before
-    the kernel computes in float32, so `x_half + 0.1` adds half(0.1) and `fmod(x_half,
-    0.1)` divides by it; only mul and div read their second operand at full precision
-    (`original_scalar_value`), so they round the first alone."""
+    arguments at `positions` (Python numbers, 0-dim tensors of a wider type, integer
+    tensors) rounded to that dtype first. CPU's TensorIterator casts every input to the
+    common dtype before the kernel computes in float32, so `x_half + 0.1` adds half(0.1)
+    and `fmod(x_half, 0.1)` divides by it. Mul and div read a scalar second operand (a
+    number or 0-dim tensor) at full precision (`original_scalar_value`): positions in
+    `tensors_only` are rounded only when they have dims."""
     def wrap(fn):
         @functools.wraps(fn)
         def rounded(*args, **kwargs):
             out = _out()
             if out in _HALF:
-                args = tuple(_in_dtype(a, out) if i in positions else a for i, a in enumerate(args))
+                args = tuple(_in_dtype(a, out) if i in positions or (i in tensors_only and jnp.ndim(a) > 0) else a
+                             for i, a in enumerate(args))
             return fn(*args, **kwargs)
         return rounded
     return wrap
@@ -99,6 +101,23 @@ def _alpha_meta_check(self, other, alpha=1, **_):
                       alpha)
 
 
+_SUB_BOOLS = "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` " \
+    "operator instead."
+_SUB_BOOL = "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a " \
+    "mask, use the `~` or `logical_not()` operator instead."
+
+
+@meta_check(aten.sub.Tensor, aten.sub.out, aten.sub_.Tensor, aten.rsub.Tensor, aten.rsub.Scalar)
+def _sub_meta_check(self, other, *_, **__):
+    """CPU's sub_check, before its alpha check: a bool operand, a Python True included
+    (`x - True`), raises NotImplementedError; PyTorch's meta kernels let it through."""
+    bools = [isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool) for v in (self, other)]
+    if all(bools):
+        raise NotImplementedError(_SUB_BOOLS)
+    if any(bools):
+        raise NotImplementedError(_SUB_BOOL)
+
+
 @lowering(aten.add.Tensor, aten.add.Scalar)
 @_operands_in_half(0, 1)
 def add(self, other, alpha=1):
@@ -116,7 +135,7 @@ def add(self, other, alpha=1):
 def sub(self, other, alpha=1):
     out = _out()
     if out == jnp.bool_:
-        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
+        raise NotImplementedError(_SUB_BOOLS)
     _check_alpha(out, alpha)
     c = _compute(out)
     alpha = _half_alpha(alpha, out)
@@ -129,7 +148,7 @@ def rsub(self, other, alpha=1):
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
-@_operands_in_half(0)
+@_operands_in_half(0, tensors_only=(1,))
 def mul(self, other):
     out = _out()
     if out == jnp.bool_:
@@ -153,7 +172,7 @@ def _floor_divide_int(a, b):
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
-@_operands_in_half(0)
+@_operands_in_half(0, tensors_only=(1,))
 def div(self, other, rounding_mode=None):
     out = _out()
     c = _compute(out)
@@ -366,6 +385,41 @@ def hypot(self, other):
     return jnp.hypot(cast(self, c), cast(other, c)).astype(out)
 
 
+@lowering(aten.logaddexp.default)
+@_operands_in_half(0, 1)
+def logaddexp(self, other):
+    """aten::logaddexp, log(exp(a) + exp(b)), as CPU's kernel computes it once in the
+    compute type (float32 for the half types): a where a and b are the same infinity,
+    else max + log1p(exp(min - max)). Complex operands order by their real parts, with
+    PyTorch's reference's infinity and NaN cases."""
+    out = _out()
+    c = _compute(out)
+    a, b = cast(self, c), cast(other, c)
+    ra, rb = jnp.real(a), jnp.real(b)
+    mask = ra >= rb
+    hi, lo = jnp.where(mask, a, b), jnp.where(mask, b, a)
+    same_inf = ~jnp.isfinite(ra) & (ra == rb)
+    result = hi + jnp.log1p(jnp.exp(lo - hi))
+    if jnp.iscomplexobj(a):
+        at_inf = jnp.where(jnp.real(lo) < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi)))
+        result = jnp.where(jnp.isnan(lo), jnp.asarray(complex("nan+nanj"), c), jnp.where(same_inf, at_inf, result))
+        return result.astype(out)
+    return jnp.where(same_inf, a, result).astype(out)
+
+
+@lowering(aten.logaddexp2.default)
+@_operands_in_half(0, 1)
+def logaddexp2(self, other):
+    """aten::logaddexp2, log2(2**a + 2**b): max + log1p(exp2(min - max)) / log(2) in
+    the compute type, a where a and b are the same infinity."""
+    out = _out()
+    c = _compute(out)
+    a, b = cast(self, c), cast(other, c)
+    hi, lo = jnp.maximum(a, b), jnp.minimum(a, b)
+    result = hi + jnp.log1p(jnp.exp2(lo - hi)) * np.asarray(1 / math.log(2), c)
+    return jnp.where(jnp.isinf(a) & (a == b), a, result).astype(out)
+
+
 @lowering(aten.copysign.Tensor, aten.copysign.Scalar)
 @_operands_in_half(0, 1)
 def copysign(self, other):
@@ -446,7 +500,9 @@ lowering(aten.fmin.default)(_extremum("fmin", jnp.minimum, False))
 # ------------------------------------------------------------------ comparisons
 def _compare(fn):
     def lower(self, other):
-        c = _compute(result_type(self, other))
+        # TensorIterator casts both operands to the common dtype first: x_half == 0.1
+        # compares with half(0.1).
+        c = result_type(self, other)
         return fn(cast(self, c), cast(other, c))
 
     return lower
@@ -908,9 +964,17 @@ def tanh_backward(grad_output, output):
     return (g * jnp.conj(1 - y * y)).astype(output.dtype)
 
 
+def _at_most(self, threshold):
+    """self <= threshold as CPU's threshold kernel compares: in the compute type (float32
+    for the half types, so a half 0.1 exceeds a threshold of 0.1), the threshold read
+    as that type (truncated for integers)."""
+    c = _compute(self.dtype)
+    return self.astype(c) <= cast(threshold, c)
+
+
 @lowering(aten.threshold_backward.default)
 def threshold_backward(grad_output, self, threshold):
-    return jnp.where(self <= threshold, jnp.zeros((), grad_output.dtype), grad_output)
+    return jnp.where(_at_most(self, threshold), jnp.zeros((), grad_output.dtype), grad_output)
 
 
 @lowering(aten.threshold.default)
@@ -919,7 +983,7 @@ def threshold(self, threshold, value):
     self's dtype, as on CPU."""
     check_scalar(threshold, self.dtype)
     check_scalar(value, self.dtype)
-    return jnp.where(self <= threshold, cast(value, self.dtype), self)
+    return jnp.where(_at_most(self, threshold), cast(value, self.dtype), self)
 
 
 @lowering(aten.leaky_relu.default)

@@ -14,10 +14,12 @@ import warnings
 
 import torch
 from torch._decomp import decomposition_table
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
 from .. import config, profiler
 from ..eager import refusal
+from . import registry
 
 _counts: collections.Counter = collections.Counter()
 _decomposed: collections.Counter = collections.Counter()
@@ -141,13 +143,19 @@ def _via_functional(op, args, kwargs):
     return targets[0] if len(targets) == 1 else tuple(targets)
 
 
+def _meta_arguments(args, kwargs):
+    """`args` and `kwargs` with meta stand-ins for `neuron` tensors."""
+    from ..eager.executor import _to_meta
+
+    return _to_meta(args), {k: _to_meta(v) for k, v in kwargs.items()}
+
+
 def _meta_results(func, args, kwargs):
     """The results of `func` on meta copies of its arguments, as a list; None if it has
     no meta kernel or that refuses them."""
-    from ..eager.executor import _to_meta
-
+    margs, mkwargs = _meta_arguments(args, kwargs)
     try:
-        out = func(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
+        out = func(*margs, **mkwargs)
     except Exception:  # noqa: BLE001 - any refusal: the computed results decide instead
         return None
     return list(out) if isinstance(out, (tuple, list)) else [out]
@@ -166,7 +174,32 @@ def _decompose(op, decomp, args, kwargs):
         active.discard(op)
     if out is not NotImplemented:
         _decomposed[str(op)] += 1
+        out = _in_meta_layout(op, args, kwargs, out)
     return out
+
+
+def _in_meta_layout(op, args, kwargs, out):
+    """The decomposition's new results copied into the layout `op`'s meta kernel gives
+    them, read as CPU's (`eager.meta_device`). A decomposition builds its result from
+    views and contiguous ops where CPU's kernel keeps a channels_last input's layout
+    (replication_pad2d, channel_shuffle). Asked only when a tensor argument is not
+    contiguous: CPU's kernels lay out contiguous inputs' results contiguously."""
+    from ..eager import meta_device
+
+    tensors = [t for t in refusal.schema_values(op, args, kwargs) if isinstance(t, torch.Tensor)]
+    if all(t.is_contiguous() for t in tensors):
+        return out
+    with meta_device.eager_meta():
+        metas = _meta_results(op, args, kwargs)
+    if metas is None:
+        return out
+    metas = registry.laid_out(op, metas, *_meta_arguments(args, kwargs))
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    for i, (o, m, ret) in enumerate(zip(outs, metas, op._schema.returns)):
+        if (ret.alias_info is None and isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor)
+                and o.shape == m.shape and o.stride() != m.stride() and is_non_overlapping_and_dense_or_false(m)):
+            outs[i] = torch.empty_strided(m.shape, m.stride(), dtype=o.dtype, device=o.device).copy_(o)
+    return type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
 
 
 _written: dict = {}  # op -> schema positions of the arguments it writes

@@ -22,6 +22,7 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch._prims_common import canonicalize_dim
 from jax import lax
 
 from ..eager import host_kernels, refusal
@@ -104,12 +105,14 @@ def _index_select_meta_check(self, dim, index, **_):
 
 @meta_check(aten.index_add.default, aten.index_add.out, aten.index_add_.default)
 def _index_add_meta_check(self, dim, index, source, **_):
-    _index_func_index_check("index_add", index)
+    _index_func_index_check("index_add", self, dim, index)
     _index_source_check("index_add", self, dim, index, source)
 
 
-def _index_func_index_check(func: str, index) -> None:
-    """ATen's index_func_meta_impl checks of `index`: a vector of int32/int64."""
+def _index_func_index_check(func: str, self, dim: int, index) -> None:
+    """ATen's index_func_meta_impl checks of `dim` (IndexError when out of range) and
+    `index`: a vector of int32/int64."""
+    canonicalize_dim(self.dim(), dim)
     _vector_index(index, _INT_INDEX,
                   (IndexError, f"{func}_(): Index is supposed to be a vector, but got dim: {index.dim()} "
                                f"with type: {type_name(index.dtype)} and size: {list(index.shape)}"),
@@ -123,7 +126,7 @@ def _index_reduce_meta_check(self, dim, index, source, reduce, *_, **__):
     not check it), then the index and `_index_source_check`."""
     if reduce not in ("prod", "mean", "amax", "amin"):
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
-    _index_func_index_check("index_reduce", index)
+    _index_func_index_check("index_reduce", self, dim, index)
     _index_source_check("index_reduce", self, dim, index, source)
 
 
@@ -237,10 +240,12 @@ def _count_nonzero(self) -> int:
 @host_kernel(aten.nonzero.default)
 def nonzero(self):
     """`aten::nonzero` (`torch.nonzero`, `argwhere`): counts the nonzero elements on
-    the device, synchronizes, and returns their (n, ndim) int64 coordinates (a view
-    of the first n rows of a bucket-sized result)."""
+    the device, synchronizes, and returns their (n, ndim) int64 coordinates,
+    column-major as CPU's kernel writes them (the first n rows of a bucket-sized
+    result, copied)."""
     n = _count_nonzero(self)
-    return aten.nonzero_static.default(self, size=bucket(n), fill_value=-1)[:n]
+    out = torch.empty_strided((n, self.dim()), (1, n), dtype=torch.int64, device=self.device)
+    return out.copy_(aten.nonzero_static.default(self, size=bucket(n), fill_value=-1)[:n])
 
 
 @host_kernel(aten.bincount.default)

@@ -258,6 +258,10 @@ def _scaled_sum(self, product, beta, alpha, contraction):
 _CATEGORY_SAMPLES = (True, 1, 1.0, 1j)
 
 
+# Complex types JAX lacks, by c10's names (a complex beta promotes the half types to them).
+_HALF_COMPLEX_NAMES = {torch.complex32: "ComplexHalf", torch.bcomplex32: "BComplex32"}
+
+
 def _check_beta_multiplies(beta, out) -> None:
     """CPU's empty-contraction shortcut `result.mul_(beta)` for a nonzero `beta`: a
     Python Scalar, so TensorIterator refuses a result type (a float beta on an integer
@@ -268,7 +272,7 @@ def _check_beta_multiplies(beta, out) -> None:
     promoted = torch.result_type(torch.empty((), dtype=out_type), _CATEGORY_SAMPLES[kind])
     if torch.can_cast(promoted, out_type):
         return
-    name = "ComplexHalf" if promoted == torch.complex32 else scalar_type_name(promoted)
+    name = _HALF_COMPLEX_NAMES.get(promoted) or scalar_type_name(promoted)
     message = f"result type {name} can't be cast to the desired output type {scalar_type_name(out)}"
     if isinstance(beta, (bool, int, float, complex)):
         if beta != 0:
@@ -1159,10 +1163,16 @@ def _lstsq_shapes(self, b, driver):
 
 
 def _lstsq_meta(self, b, rcond=None, *, driver=None):
+    """The outputs' shapes and dtypes; a matrix solution is column-major, as LAPACK
+    writes CPU's. (CPU's is the top n rows of an (max(m, n), k) column-major buffer:
+    for m > n its columns are m apart, where these are n apart.)"""
     shapes = _lstsq_shapes(self, b, driver)
     real = self.real.dtype if self.dtype.is_complex else self.dtype
     out_dtypes = (self.dtype, real, torch.int64, real)
-    return tuple(torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes))
+    outs = [torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes)]
+    if not shapes[4]:
+        outs[0] = outs[0].mT.contiguous().mT
+    return tuple(outs)
 
 
 meta_impl("linalg_lstsq", _lstsq_meta)  # PyTorch has none (CPU computes residuals' shape late)

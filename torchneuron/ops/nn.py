@@ -25,7 +25,7 @@ from ._common import acc_type, half_rounding, scalar_type_name, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .reduction import _vector_norm
-from .registry import context, lowering, meta_check, meta_impl, meta_kernel
+from .registry import context, lowering, meta_check, meta_impl, meta_kernel, meta_layout
 
 aten = torch.ops.aten
 
@@ -683,6 +683,17 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
                                 eps, output_mask)
 
 
+# ------------------------------------------------------------------ output layouts
+@meta_layout(aten.native_group_norm.default, aten.max_unpool2d.default, aten.pixel_unshuffle.default,
+             aten.channel_shuffle.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
+             aten.replication_pad2d.default, aten.replication_pad3d.default)
+def _input_layout(input, *args, **kwargs):
+    """CPU's kernels of these ops write their (first) output in the input's suggested
+    memory format, keeping channels_last; PyTorch's meta kernels or the references
+    they run make it contiguous."""
+    return [torch._prims_common.suggest_memory_format(input)]
+
+
 # ------------------------------------------------------------------ convolution
 _SPATIAL = "DHW"
 
@@ -728,6 +739,12 @@ def _convolution_meta_check(input, weight, bias, stride, padding, dilation, tran
     lacks them (lax.conv then raises TypeError, or computes with negative padding)."""
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
+    dims = weight.dim() - 2
+    for name, values in (("stride", stride), ("padding", padding), ("dilation", dilation),
+                         ("output_padding", output_padding)):
+        if len(values) not in (1, dims):  # expand_param_if_needed
+            raise RuntimeError(f"expected {name} to be a single integer value or a list of {dims} values to match "
+                               f"the convolution dimensions, but got {name}={list(values)}")
     if any(p < 0 for p in padding):
         raise RuntimeError("negative padding is not supported")
     if transposed and any(p < 0 for p in output_padding):
@@ -751,6 +768,46 @@ def _output_padding_message(output_padding, stride, dilation) -> str:
     parts = [f"{label}_{dim}: {v}" for label, values in (("output_padding", output_padding), ("stride", stride),
                                                          ("dilation", dilation)) for dim, v in zip(dims, values)]
     return "output padding must be smaller than either stride or dilation, but got " + " ".join(parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
+
+
+def _cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The memory format of CPU's convolution output and gradients for these meta
+    tensors: the one CPU's backend (mkldnn, the slow 2-d/3-d or depthwise kernels, by
+    dtype, shape and layout) lays them out in, asked of ATen itself
+    (`_select_conv_backend`, `_conv_determine_backend_memory_format`) on fake CPU
+    tensors of the same geometry. None for 1-d convolutions, which are contiguous."""
+    if input.dim() not in (4, 5) or weight.dim() != input.dim():
+        return None
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode = _cpu_fake_mode()
+    cpu = torch.device("cpu")
+    x, w = (FakeTensor(mode, t, cpu) for t in (input, weight))
+    b = None if bias is None else FakeTensor(mode, bias, cpu)
+    backend = torch._C._select_conv_backend(x, w, b, stride, padding, dilation, transposed, output_padding,
+                                            groups, None)
+    return torch._C._conv_determine_backend_memory_format(x, w, backend)
+
+
+@meta_layout(aten.convolution.default)
+def _convolution_layout(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    return [_cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                    groups)]
+
+
+@meta_layout(aten.convolution_backward.default)
+def _convolution_backward_layout(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                                 output_padding, groups, output_mask):
+    fmt = _cpu_conv_memory_format(input, weight, None, stride, padding, dilation, transposed, output_padding,
+                                  groups)
+    return [fmt, fmt, None]
 
 
 @lowering(aten.convolution.default)
@@ -926,6 +983,8 @@ def _max_unpool(self, indices, size):
     its loop does single-threaded (the PyTorch decomposition raised IndexError)."""
     lead = self.shape[:self.ndim - len(size)]
     plane = math.prod(size)
+    if self.size == 0 or plane * math.prod(lead) == 0:  # CPU returns before its loop
+        return jnp.zeros((*lead, *size), self.dtype)
     x = self.reshape(-1, math.prod(self.shape[len(lead):]))
     idx = indices.reshape(x.shape).astype(jnp.int64)
     bad = ((idx < 0) | (idx >= plane)).reshape(-1)
@@ -1768,6 +1827,17 @@ def _sdpa_key(philox_seed, philox_offset):
     return jax.random.wrap_key_data(jnp.stack([philox_seed, philox_offset]).astype(jnp.uint32))
 
 
+@meta_layout(aten._scaled_dot_product_fused_attention_overrideable.default)
+def _attention_layout(query, key, value, *args, **kwargs):
+    """CPU's F.scaled_dot_product_attention takes its math path, whose output is
+    contiguous, for inputs its flash kernel refuses: a last dim with a stride other
+    than 1, or head sizes that differ. Its flash kernel's output is laid out like the
+    query, as the meta kernel lays it out."""
+    if any(t.stride(-1) != 1 for t in (query, key, value)) or not query.shape[-1] == key.shape[-1] == value.shape[-1]:
+        return [torch.contiguous_format]
+    return []
+
+
 @lowering(aten._scaled_dot_product_fused_attention_overrideable.default, random=True,
           static=("dropout_p", "scale"))
 def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
@@ -1865,6 +1935,31 @@ def _replicate(x, padding):
         idx = jnp.clip(jnp.arange(-padding[2 * i], n + padding[2 * i + 1]), 0, n - 1)
         x = jnp.take(x, idx, axis=axis)
     return x
+
+
+def _reflect(x, padding):
+    """ATen's reflection padding of the last len(padding) // 2 dims (pairs from the last
+    dim; negative pads crop): source index |j| mirrored back from the far edge."""
+    for i in range(len(padding) // 2):
+        axis = x.ndim - 1 - i
+        n = x.shape[axis]
+        idx = jnp.abs(jnp.arange(-padding[2 * i], n + padding[2 * i + 1]))
+        x = jnp.take(x, jnp.where(idx > n - 1, 2 * (n - 1) - idx, idx), axis=axis)
+    return x
+
+
+@lowering(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)
+def replication_pad(self, padding):
+    """aten::replication_pad{1,2,3}d: (*, *spatial) with each edge element repeated
+    outward; the meta kernel makes CPU's checks."""
+    return _replicate(self, padding)
+
+
+@lowering(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)
+def reflection_pad(self, padding):
+    """aten::reflection_pad{1,2,3}d: (*, *spatial) mirrored about its edges (the edge
+    itself not repeated); the meta kernel makes CPU's checks (pads below the size)."""
+    return _reflect(self, padding)
 
 
 @lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,

@@ -108,10 +108,17 @@ _ternary(aten.addcmul.default, "addcmul")
 _ternary(aten.addcdiv.default, "addcdiv")
 
 
-@lowering(aten._foreach_lerp.List, aten._foreach_lerp.Scalar, aten._foreach_lerp.ScalarList)
-def foreach_lerp(self, tensors1, weight):
-    """aten::_foreach_lerp: self + weight * (end - self) per tensor (ATen's lerp)."""
-    return _each(LOWERINGS[aten.lerp.Tensor].fn, len(self), self, tensors1, weight)
+@lowering(aten._foreach_lerp.List)
+def foreach_lerp(self, tensors1, weights):
+    """aten::_foreach_lerp.List: self + weight * (end - self) per tensor (aten::lerp.Tensor)."""
+    return _each(LOWERINGS[aten.lerp.Tensor].fn, len(self), self, tensors1, weights)
+
+
+@lowering(aten._foreach_lerp.Scalar, aten._foreach_lerp.ScalarList)
+def foreach_lerp_scalar(self, tensors1, weight):
+    """aten::_foreach_lerp.Scalar/ScalarList: aten::lerp.Scalar per tensor, which reads
+    its weight in the compute type (not rounded to a half type as lerp.Tensor's is)."""
+    return _each(LOWERINGS[aten.lerp.Scalar].fn, len(self), self, tensors1, weight)
 
 
 @lowering(aten._foreach_zero.default)
@@ -316,13 +323,14 @@ def fused_adamw_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
 
 
 def _fused_sgd_meta(self, grads, momentum_buffer_list, weight_decay, momentum, *args, lr=None, **kwargs):
-    """Meta kernel of aten::_fused_sgd_ (ATen has none; the executor runs the meta
-    kernel first for CPU's errors): the list-length checks of the CPU kernel, and a
-    tensor lr's one element."""
-    _check_lr(lr)
-    _require(len(grads) == len(self), "grads.size() == n_tensors")
+    """Meta kernel of aten::_fused_sgd_ (.default and .tensor_lr; ATen has none): the
+    checks of the CPU kernel (FusedSGD.cpp) in its order."""
+    _check_arguments(lr, kwargs.get("grad_scale"), kwargs.get("found_inf"), len(self), grads=grads)
     if momentum != 0:
         _require(len(momentum_buffer_list) == len(self), "momentum_buffer_list.size() == n_tensors")
+    else:
+        _require(len(momentum_buffer_list) == 0, "momentum_buffer_list.empty()")
+    _check_dtypes("fused_sgd_kernel", self, grads, momentum_buffer_list)
 
 
 for _ov in (aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr):

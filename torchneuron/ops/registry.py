@@ -229,6 +229,15 @@ def meta_kernel(*ops):
     return register
 
 
+def _python_meta(op):
+    """The Python meta kernel fake tensors run for `op`: ours if registered, else the one
+    `torch._meta_registrations.activate_meta` chose (the first table holding `op`)."""
+    from torch._decomp import global_decomposition_table
+
+    return next(table[op] for table in (global_decomposition_table[k] for k in
+                                        ("meta", "post_autograd", "pre_autograd")) if op in table)
+
+
 def meta_check(*ops):
     """Registers `check(*args, **kwargs)` to run before PyTorch's own Python meta kernel
     of each of `ops` (the decomposition `torch._meta_registrations` installed on the
@@ -239,13 +248,11 @@ def meta_check(*ops):
     kernel of the op's Meta key or `meta_table`, which both get the check too. A check
     may return a dict of arguments (by schema name) that replace the caller's for
     PyTorch's kernel (Scalars read more strictly there than CPU reads them). Returns `check`."""
-    from torch._decomp import global_decomposition_table, meta_table
+    from torch._decomp import meta_table
 
     def register(check):
         for op in ops:
-            # The kernel _meta_registrations.activate_meta registered: the first table holding op.
-            inner = next(table[op] for table in (global_decomposition_table[k] for k in
-                                                 ("meta", "post_autograd", "pre_autograd")) if op in table)
+            inner = _python_meta(op)
 
             def meta(*args, _inner=inner, _names=[a.name for a in op._schema.arguments], **kwargs):
                 replaced = check(*args, **kwargs)
@@ -268,3 +275,37 @@ def meta_check(*ops):
         return check
 
     return register
+
+
+#: OpOverload -> layout(*args, **kwargs): the memory format of each output CPU's kernel
+#: writes (None: the meta kernel's), where PyTorch's meta kernel cannot tell (`meta_layout`).
+LAYOUTS: Dict[torch._ops.OpOverload, Callable] = {}
+
+
+def meta_layout(*ops):
+    """Registers `layout(*args, **kwargs)`, which gives the memory format CPU's kernel
+    writes each output of `ops` in (None: as PyTorch's meta kernel lays it out), for
+    kernels whose layout PyTorch's meta kernel gets wrong for CPU: it hangs on the
+    backend CPU's kernel picks (convolution's mkldnn or slow path), or the Python
+    reference it runs is contiguous. The eager executor and the decomposition path lay
+    new outputs out so (`laid_out`); fake tensors of compiled graphs keep PyTorch's
+    layouts. Returns `layout`."""
+    def register(layout):
+        for op in ops:
+            LAYOUTS[op] = layout
+        return layout
+
+    return register
+
+
+def laid_out(op, outs: list, args, kwargs) -> list:
+    """`outs`, the meta outputs of `op` on meta `args`/`kwargs`, in the layouts
+    `LAYOUTS[op]` gives (unchanged where it has none)."""
+    layout = LAYOUTS.get(op)
+    if layout is None:
+        return outs
+    outs = list(outs)
+    for i, fmt in enumerate(layout(*args, **kwargs)):
+        if fmt is not None and isinstance(outs[i], torch.Tensor):
+            outs[i] = outs[i].contiguous(memory_format=fmt)
+    return outs

@@ -67,7 +67,8 @@ def _scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, 
     """aten::_scaled_mm's Meta kernel with CPU's checks and error types, replacing
     PyTorch's, which follows CUDA's kernel: RuntimeError where CPU raises ValueError,
     and layouts CPU accepts (a non-contiguous `self`; CPU makes it contiguous) refused."""
-    _scaling(self, mat2, scale_a, scale_b, contiguous=True)
+    if _scaling(self, mat2, scale_a, scale_b, contiguous=True) == _ROWWISE:
+        _check_unit_last_strides(scale_a, scale_b)
     _check_matrices(self, mat2, bias, scale_result)
     return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
 
@@ -96,10 +97,16 @@ def _scaled_mm_v2_checks(self, mat2, scale_a, recipe_a, swizzle_a, scale_b, reci
     if list(recipe_a)[:1] != [kind] or list(recipe_b)[:1] != [kind]:
         raise ValueError("Invalid scaling configuration: the CPU supports TensorWise or RowWise recipes, "
                          "matching the scales' shapes")
-    if kind == _ROWWISE:  # the row-wise kernel reads each scale with a unit last stride, whatever its size
-        for name, scale in (("scale_a", scale_a[0]), ("scale_b", scale_b[0])):
-            if scale.stride(1) != 1:
-                raise ValueError(f"expected {name}.stride(1) to be 1, but got {scale.stride(1)}")
+    if kind == _ROWWISE:
+        _check_unit_last_strides(scale_a[0], scale_b[0])
+
+
+def _check_unit_last_strides(scale_a, scale_b) -> None:
+    """The row-wise kernel reads each scale with a unit last stride, whatever the size
+    of that dim (a contiguous (M, 1) scale may have another): CPU's ValueError."""
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scale.stride(1) != 1:
+            raise ValueError(f"expected {name}.stride(1) to be 1, but got {scale.stride(1)}")
 
 
 def _emulated(mat_a, mat_b, scale_a, scale_b, bias, scale_result, out_dtype):

@@ -1,5 +1,6 @@
-"""Shape lowerings: concatenation, flips and rolls, padding, triangles, the
-`*_scatter` ops functionalization emits, `repeat_interleave`, and `unique`.
+"""Shape lowerings: concatenation, flips and rolls, padding, triangles, pixel
+shuffles, the `*_scatter` ops functionalization emits, `repeat_interleave`, and
+`unique`.
 
 Views (view, reshape, permute, expand, slice, select, diagonal, unfold, ...) need no
 lowering: the C++ shim and PyTorch's CompositeExplicitAutograd kernels make them
@@ -343,3 +344,57 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
 def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False):
     """`aten::unique_dim_consecutive`: `unique_consecutive` along `dim`."""
     return _unique_dim(self, dim, False, return_inverse, return_counts)
+
+
+
+def _pixel_shuffle_checks(name: str, factor_name: str, self, factor) -> None:
+    if self.dim() < 3:
+        raise RuntimeError(f"{name} expects input to have at least 3 dimensions, but got input with "
+                           f"{self.dim()} dimension(s)")
+    if factor <= 0:
+        raise RuntimeError(f"{name} expects a positive {factor_name}, but got {factor}")
+
+
+@meta_check(aten.pixel_shuffle.default)
+def _pixel_shuffle_meta_check(self, upscale_factor):
+    """CPU's check_pixel_shuffle_shapes, in its order and words (PyTorch's meta kernel
+    words them otherwise)."""
+    _pixel_shuffle_checks("pixel_shuffle", "upscale_factor", self, upscale_factor)
+    if self.shape[-3] % (upscale_factor * upscale_factor):
+        raise RuntimeError("pixel_shuffle expects its input's 'channel' dimension to be divisible by the square "
+                           f"of upscale_factor, but input.size(-3)={self.shape[-3]} is not divisible by "
+                           f"{upscale_factor * upscale_factor}")
+
+
+@meta_check(aten.pixel_unshuffle.default)
+def _pixel_unshuffle_meta_check(self, downscale_factor):
+    """CPU's check_pixel_unshuffle_shapes, in its order and words."""
+    _pixel_shuffle_checks("pixel_unshuffle", "downscale_factor", self, downscale_factor)
+    for label, dim in (("height", -2), ("width", -1)):
+        if self.shape[dim] % downscale_factor:
+            raise RuntimeError(f"pixel_unshuffle expects {label} to be divisible by downscale_factor, but "
+                               f"input.size({dim})={self.shape[dim]} is not divisible by {downscale_factor}")
+
+
+@lowering(aten.pixel_shuffle.default)
+def pixel_shuffle(self, upscale_factor):
+    """aten::pixel_shuffle: (*, C * r * r, H, W) -> (*, C, H * r, W * r), output channel
+    c at (h * r + i, w * r + j) taken from input channel (c * r + i) * r + j."""
+    r = upscale_factor
+    *batch, c, h, w = self.shape
+    x = self.reshape(*batch, c // (r * r), r, r, h, w)
+    n = len(batch)
+    x = jnp.transpose(x, (*range(n), n, n + 3, n + 1, n + 4, n + 2))
+    return x.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+@lowering(aten.pixel_unshuffle.default)
+def pixel_unshuffle(self, downscale_factor):
+    """aten::pixel_unshuffle, the inverse of pixel_shuffle: (*, C, H * r, W * r) ->
+    (*, C * r * r, H, W)."""
+    r = downscale_factor
+    *batch, c, h, w = self.shape
+    x = self.reshape(*batch, c, h // r, r, w // r, r)
+    n = len(batch)
+    x = jnp.transpose(x, (*range(n), n, n + 2, n + 4, n + 1, n + 3))
+    return x.reshape(*batch, c * r * r, h // r, w // r)
