@@ -309,10 +309,12 @@ def test_half_results_round_scalar_operands_as_cpu(op, dtype):
                          ids=["mul", "div", "floor_divide"])
 def test_half_scalar_times_integer_tensor_rounds_the_integers(op, dtype):
     """A 0-dim half tensor times an integer tensor has a half result, and CPU casts the
-    integers to it first (2041 is 2040 in bfloat16); only a scalar second operand is
-    read whole."""
+    integers to it first (2041 is 2040 in bfloat16); only a one-element second operand
+    (`is_cpu_scalar`, dims or not) is read whole."""
     ints = torch.arange(2040, 2060)
-    for args in ((torch.tensor(1.5, dtype=dtype), ints), (ints, torch.tensor(1.5, dtype=dtype))):
+    halves = torch.tensor([1.0, 3.0, 0.1], dtype=dtype)
+    for args in ((torch.tensor(1.5, dtype=dtype), ints), (ints, torch.tensor(1.5, dtype=dtype)),
+                 (halves, torch.tensor([2049])), (halves, torch.tensor([[2049]]))):
         expected = op(*args)
         with no_fallback():
             actual = op(*(a.to("neuron") for a in args)).cpu()

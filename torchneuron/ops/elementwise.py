@@ -35,15 +35,16 @@ def _operands_in_half(*positions, tensors_only=()):
     arguments at `positions` (Python numbers, 0-dim tensors of a wider type, integer
     tensors) rounded to that dtype first. CPU's TensorIterator casts every input to the
     common dtype before the kernel computes in float32, so `x_half + 0.1` adds half(0.1)
-    and `fmod(x_half, 0.1)` divides by it. Mul and div read a scalar second operand (a
-    number or 0-dim tensor) at full precision (`original_scalar_value`): positions in
-    `tensors_only` are rounded only when they have dims."""
+    and `fmod(x_half, 0.1)` divides by it. Mul and div read a one-element second
+    operand (a number, a 0-dim or 1-element tensor: `is_cpu_scalar`) at full precision
+    (`original_scalar_value`): positions in `tensors_only` are rounded only when they
+    hold more than one element."""
     def wrap(fn):
         @functools.wraps(fn)
         def rounded(*args, **kwargs):
             out = _out()
             if out in _HALF:
-                args = tuple(_in_dtype(a, out) if i in positions or (i in tensors_only and jnp.ndim(a) > 0) else a
+                args = tuple(_in_dtype(a, out) if i in positions or (i in tensors_only and jnp.size(a) > 1) else a
                              for i, a in enumerate(args))
             return fn(*args, **kwargs)
         return rounded

@@ -25,7 +25,7 @@ from ._common import acc_type, half_rounding, scalar_type_name, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .reduction import _vector_norm
-from .registry import context, lowering, meta_check, meta_impl, meta_kernel, meta_layout
+from .registry import _python_meta, context, lowering, meta_check, meta_impl, meta_kernel, meta_layout
 
 aten = torch.ops.aten
 
@@ -1946,6 +1946,26 @@ def _reflect(x, padding):
         idx = jnp.abs(jnp.arange(-padding[2 * i], n + padding[2 * i + 1]))
         x = jnp.take(x, jnp.where(idx > n - 1, 2 * (n - 1) - idx, idx), axis=axis)
     return x
+
+
+def _reflection_pad_meta(inner):
+    """PyTorch's meta kernel of reflection_pad2d/3d (`inner`), except that CPU refuses an
+    output only when it is empty in every padded dim: a crop to size 0 in one dim is an
+    empty result (PyTorch's meta kernel needs every dim >= 1)."""
+    def meta(input, padding):
+        try:
+            return inner(input, padding)
+        except RuntimeError as exc:
+            dims = len(padding) // 2
+            sizes = [input.shape[-1 - i] + padding[2 * i] + padding[2 * i + 1] for i in range(dims)][::-1]
+            if "Calculated output" not in str(exc) or min(sizes) < 0 or max(sizes) < 1:
+                raise
+            return input.new_empty((*input.shape[:input.dim() - dims], *sizes))
+    return meta
+
+
+for _op in (aten.reflection_pad2d.default, aten.reflection_pad3d.default):
+    meta_kernel(_op)(_reflection_pad_meta(_python_meta(_op)))
 
 
 @lowering(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)

@@ -307,5 +307,6 @@ def laid_out(op, outs: list, args, kwargs) -> list:
     outs = list(outs)
     for i, fmt in enumerate(layout(*args, **kwargs)):
         if fmt is not None and isinstance(outs[i], torch.Tensor):
-            outs[i] = outs[i].contiguous(memory_format=fmt)
+            # A new tensor, not .contiguous(): that keeps the strides of size-0/1 dims.
+            outs[i] = torch.empty(outs[i].shape, dtype=outs[i].dtype, device=outs[i].device, memory_format=fmt)
     return outs
