@@ -346,7 +346,6 @@ def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False)
     return _unique_dim(self, dim, False, return_inverse, return_counts)
 
 
-
 def _pixel_shuffle_checks(name: str, factor_name: str, self, factor) -> None:
     if self.dim() < 3:
         raise RuntimeError(f"{name} expects input to have at least 3 dimensions, but got input with "
