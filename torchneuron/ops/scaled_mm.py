@@ -36,7 +36,7 @@ def _scaling(mat_a, mat_b, scale_a, scale_b, contiguous: bool = False) -> int:
             return _TENSORWISE
         if (mat_a.dim() == 2 and mat_b.dim() == 2 and tuple(scale_a.shape) == (mat_a.shape[0], 1)
                 and tuple(scale_b.shape) == (1, mat_b.shape[1])
-                and not (contiguous and not (scale_a.is_contiguous() and scale_b.is_contiguous()))):
+                and (not contiguous or (scale_a.is_contiguous() and scale_b.is_contiguous()))):
             return _ROWWISE
     raise ValueError(
         "Invalid scaling configuration.\n- For TensorWise scaling, a and b should be float8, scales should be "
