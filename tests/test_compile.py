@@ -179,6 +179,58 @@ def test_a_float_argument_that_changes_under_dynamic_shapes():
     torch.testing.assert_close(cf(torch.ones(4, device="neuron"), 0.25).cpu(), torch.tensor(4 * math.sin(0.25)))
 
 
+
+@pytest.mark.parametrize("make", [lambda: nn.LayerNorm(16), lambda: nn.GroupNorm(2, 8), lambda: nn.BatchNorm2d(8)],
+                         ids=["LayerNorm", "GroupNorm", "BatchNorm2d"])
+def test_norm_layers_under_dynamic_true(make):
+    # Dynamo passes eps (and momentum) as 0-dim tensors read with .item(); ATen takes
+    # them as C++ doubles, which a symbolic float cannot give (GuardOnDataDependentSymNode).
+    torch._dynamo.reset()
+    cpu, dev = _pair(make())
+    f = torch.compile(dev, backend="neuron", dynamic=True)
+    for n in (2, 3):
+        x = torch.randn(n, 8, 4, 16, requires_grad=True)
+        xd = x.detach().to("neuron").requires_grad_()
+        y, yd = cpu(x), f(xd)
+        torch.testing.assert_close(yd.cpu(), y, atol=1e-5, rtol=1e-5)
+        y.square().sum().backward()
+        yd.square().sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), x.grad, atol=1e-4, rtol=1e-4)
+    for p, pd in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(pd.grad.cpu(), p.grad, atol=1e-4, rtol=1e-4)
+    for b, bd in zip(cpu.buffers(), dev.buffers()):
+        torch.testing.assert_close(bd.cpu(), b)
+
+
+def test_a_dynamic_float_read_as_a_double_compiles_per_value():
+    # A graph whose float argument an ATen op takes by value is compiled for each value:
+    # an executable of one eps must not serve another.
+    torch._dynamo.reset()
+
+    def f(x, eps):
+        return F.layer_norm(x, x.shape[-1:], eps=eps)
+
+    cf = torch.compile(f, backend="neuron", dynamic=True)
+    x = torch.randn(3, 5) * 0.1
+    for eps in (1e-5, 1e-5, 0.5, 2.0, 0.5):
+        torch.testing.assert_close(cf(x.to("neuron"), eps).cpu(), f(x, eps))
+
+
+@pytest.mark.parametrize("fn", [lambda x, w: F.conv2d(x, w), lambda x, w: F.pixel_shuffle(x, 2),
+                                lambda x, w: F.group_norm(x, 2), lambda x, w: F.pad(x, (1, 2, 0, 1), mode="replicate")],
+                         ids=["conv2d", "pixel_shuffle", "group_norm", "replication_pad2d"])
+def test_compiled_outputs_are_laid_out_as_cpu(fn):
+    # Fake tensors on neuron follow the eager executor's layouts (CPU's), as CPU eager
+    # keeps channels_last through these ops.
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 4, 3, 3)
+    xd = torch.empty_strided(x.shape, x.stride(), device="neuron").copy_(x)
+    want = fn(x, w)
+    got = torch.compile(fn, backend="neuron")(xd, w.to("neuron"))
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+
 def test_interpolation_compiles_to_the_lowered_op(monkeypatch):
     # PyTorch's Python kernels decompose upsample ops while tracing into index
     # arithmetic; the graph keeps the ATen op, so compiled results are eager's: CPU's

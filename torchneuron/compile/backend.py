@@ -213,35 +213,54 @@ class _Specializing:
     A float argument Dynamo made dynamic reaches the graph as a 0-dim tensor read with
     `.item()`, which fake tensors without a shape environment refuse
     (DataDependentOutputException): such a graph is traced again on fake copies of the
-    call's tensors under one, where `.item()` gives a symbolic float."""
+    call's tensors under one, where `.item()` gives a symbolic float. Where the graph
+    needs that float's value (a norm layer's eps, which ATen takes as a C++ double:
+    GuardOnDataDependentSymNode), the graph is traced with the values and compiled once
+    per value as well."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
         self.cache = {}
+        self.by_value = False
+
+    def _key(self, args):
+        return tuple((tuple(a.shape), a.dtype, a.requires_grad) + ((a.item(),) if self.by_value and _is_read(a) else ())
+                     if isinstance(a, torch.Tensor) else a for a in args)
 
     def __call__(self, *args):
-        key = tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
-                    for a in args)
-        fn = self.cache.get(key)
+        fn = self.cache.get(self._key(args))
         if fn is None:
             refusal.take_traced()
-            try:
-                fn = _traced(self.gm, list(args))
-            except Exception as exc:  # noqa: BLE001 - retried only for a data-dependent read
-                if not _data_dependent(exc):
-                    raise
-                fn = _traced(self.gm, _fakes_with_shape_env(args))
-            self.cache[key] = fn
+            fn = self._trace(args)
+            self.cache[self._key(args)] = fn
         return fn(*args)
 
+    def _trace(self, args):
+        try:
+            return _traced(self.gm, list(args))
+        except Exception as exc:  # noqa: BLE001 - retried only for a data-dependent read
+            if not _caused_by(exc, "DataDependentOutputException"):
+                raise
+        try:
+            return _traced(self.gm, _fakes_with_shape_env(args))
+        except Exception as exc:  # noqa: BLE001 - retried only for a guard on a read value
+            if not _caused_by(exc, "GuardOnDataDependentSymNode"):
+                raise
+        self.by_value = True
+        return _traced(self.gm, _fakes_with_values(args))
 
-def _data_dependent(exc: BaseException) -> bool:
-    """Whether `exc` (or an exception it was raised from) is fake tensors' refusal to
-    read a value (`.item()` of a dynamic float argument)."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException
 
+def _is_read(a) -> bool:
+    """Whether `a` is how Dynamo passes a dynamic Python number: a 0-dim CPU tensor."""
+    return isinstance(a, torch.Tensor) and a.dim() == 0 and a.device.type == "cpu"
+
+
+def _caused_by(exc: BaseException, name: str) -> bool:
+    """Whether `exc` (or an exception it was raised from) is fake tensors' exception
+    `name`: DataDependentOutputException (`.item()` of a dynamic float argument without
+    a shape environment) or GuardOnDataDependentSymNode (its symbolic value asked for)."""
     while exc is not None:
-        if isinstance(exc, DataDependentOutputException):
+        if type(exc).__name__ == name:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -255,6 +274,17 @@ def _fakes_with_shape_env(args):
 
     mode = FakeTensorMode(shape_env=ShapeEnv())
     return [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _fakes_with_values(args):
+    """Fake copies of the call's tensors whose `.item()` gives the call's value for the
+    numbers Dynamo passes as tensors (`_is_read`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    # A constant fake tensor computes on its value where an op reads it.
+    return [mode.fake_tensor_converter.from_real_tensor(mode, a, make_constant=True) if _is_read(a)
+            else mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):

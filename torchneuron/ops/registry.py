@@ -277,19 +277,28 @@ def meta_check(*ops):
     return register
 
 
-#: OpOverload -> layout(*args, **kwargs): the memory format of each output CPU's kernel
-#: writes (None: the meta kernel's), where PyTorch's meta kernel cannot tell (`meta_layout`).
+#: OpOverload -> layout(*args, **kwargs): the layout of each output CPU's kernel writes
+#: (None: the meta kernel's), where PyTorch's meta kernel cannot tell (`meta_layout`).
 LAYOUTS: Dict[torch._ops.OpOverload, Callable] = {}
+
+#: A layout (`meta_layout`): TensorIterator's, as CPU's elementwise kernels and
+#: `empty_like(..., MemoryFormat::Preserve)` of dense inputs lay outputs out: the tensor
+#: arguments' dims ordered by their strides (broadcast dims, stride 0, do not vote), so
+#: a transposed or channels_last input gives a transposed or channels_last output.
+ELEMENTWISE = "elementwise"
 
 
 def meta_layout(*ops):
-    """Registers `layout(*args, **kwargs)`, which gives the memory format CPU's kernel
-    writes each output of `ops` in (None: as PyTorch's meta kernel lays it out), for
-    kernels whose layout PyTorch's meta kernel gets wrong for CPU: it hangs on the
-    backend CPU's kernel picks (convolution's mkldnn or slow path), or the Python
-    reference it runs is contiguous. The eager executor and the decomposition path lay
-    new outputs out so (`laid_out`); fake tensors of compiled graphs keep PyTorch's
-    layouts. Returns `layout`."""
+    """Registers `layout(*args, **kwargs)`, which gives the layout CPU's kernel writes
+    each output of `ops` in, for kernels whose layout PyTorch's meta kernel gets wrong
+    for CPU: it hangs on the backend CPU's kernel picks (convolution's mkldnn or slow
+    path), or the Python reference it runs lays the output out otherwise than CPU's
+    kernel allocates it. `layout` returns a list with, per output, None (as PyTorch's
+    meta kernel lays it out), a `torch.memory_format`, or `ELEMENTWISE`; or one such
+    value for every output. The shared rules (`contiguous_layout`, `suggested_layout`,
+    `elementwise_layout`) name the ATen allocations they stand for. The eager executor
+    and the decomposition path lay new outputs out so (`laid_out`), and so do fake
+    tensors on `neuron` in compiled graphs (`eager.meta_device`). Returns `layout`."""
     def register(layout):
         for op in ops:
             LAYOUTS[op] = layout
@@ -298,15 +307,90 @@ def meta_layout(*ops):
     return register
 
 
+def contiguous_layout(*args, **kwargs):
+    """CPU's kernel allocates its outputs contiguous whatever its input's layout:
+    `at::empty(sizes, options)`, `empty_like(self, MemoryFormat::Contiguous)` or
+    `LEGACY_CONTIGUOUS_MEMORY_FORMAT`, or it computes on `self.contiguous()`."""
+    return torch.contiguous_format
+
+
+def suggested_layout(input, *args, **kwargs):
+    """CPU's kernel allocates its outputs in `input.suggest_memory_format()`:
+    channels_last (3d) for such an input, contiguous for any other layout (a transposed
+    one included)."""
+    return torch._prims_common.suggest_memory_format(input)
+
+
+def elementwise_layout(*args, **kwargs):
+    """CPU's kernel is a TensorIterator loop (or allocates with `empty_like(self)` of a
+    dense input): its outputs take the tensor arguments' layout (`ELEMENTWISE`)."""
+    return ELEMENTWISE
+
+
+def elementwise_strides(shape, tensors) -> Tuple[int, ...]:
+    """The strides TensorIterator gives an output of `shape` computed from `tensors`
+    (broadcast to `shape`; those that do not broadcast are left out): PyTorch's model
+    of its stride permutation (`compute_elementwise_output_strides`), asked with at
+    least two operands so that a single non-dense input (a slice with a step) is
+    ordered by its strides as TensorIterator orders it, not made contiguous."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    ops = []
+    for t in tensors:
+        try:
+            ops.append(t.expand(shape))
+        except RuntimeError:
+            continue
+    if len(shape) < 2 or not ops:
+        return torch.empty(shape, device="meta").stride()
+    return tuple(compute_elementwise_output_strides(*ops, ops[0]))
+
+
+def _tensors(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, torch.Tensor))
+    return out
+
+
+def _layout_of(op) -> Optional[Callable]:
+    """`LAYOUTS[op]`; for an op without an entry tagged pointwise (CPU's kernels of
+    these are TensorIterator loops), `elementwise_layout`: PyTorch's Python references
+    of some lay the output out otherwise (copysign and floor_divide with a 0-dim
+    operand come out contiguous)."""
+    layout = LAYOUTS.get(op)
+    if layout is None and torch.Tag.pointwise in op.tags:
+        return elementwise_layout
+    return layout
+
+
 def laid_out(op, outs: list, args, kwargs) -> list:
     """`outs`, the meta outputs of `op` on meta `args`/`kwargs`, in the layouts
-    `LAYOUTS[op]` gives (unchanged where it has none)."""
-    layout = LAYOUTS.get(op)
+    `LAYOUTS[op]` gives (for pointwise ops without an entry, TensorIterator's; unchanged
+    otherwise). A layout of an output with dims of size 0 or 1 has those dims' strides
+    as a new tensor of that format has them (CPU's allocation), not as `.contiguous()`
+    leaves them."""
+    layout = _layout_of(op)
     if layout is None:
         return outs
+    formats = layout(*args, **kwargs)
+    if not isinstance(formats, (list, tuple)):
+        formats = [formats] * len(outs)
     outs = list(outs)
-    for i, fmt in enumerate(layout(*args, **kwargs)):
-        if fmt is not None and isinstance(outs[i], torch.Tensor):
-            # A new tensor, not .contiguous(): that keeps the strides of size-0/1 dims.
-            outs[i] = torch.empty(outs[i].shape, dtype=outs[i].dtype, device=outs[i].device, memory_format=fmt)
+    tensors = None
+    for i, fmt in enumerate(formats):
+        o = outs[i] if i < len(outs) else None
+        if fmt is None or not isinstance(o, torch.Tensor):
+            continue
+        if fmt is ELEMENTWISE:
+            if tensors is None:
+                tensors = _tensors(list(args) + list(kwargs.values()))
+            stride = elementwise_strides(o.shape, tensors)
+            if tuple(stride) != tuple(o.stride()):
+                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
+        else:
+            outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device, memory_format=fmt)
     return outs
