@@ -71,6 +71,9 @@ def test_report_totals_and_markdown():
     for (name, check, dtype), first in expected.FIRST_FAILING_SAMPLE.items():
         assert expected.expected_failure(name, check, dtype), (name, check, dtype)
         assert f"- {name} {check} {dtype}, from sample {first}: {expected.expected_failure(name, check, dtype)}" in md
+    # so are the differences kept outside the samples, with their pinning tests
+    for name, (why, test) in expected.KNOWN_DIFFERENCES.items():
+        assert f"- **{name}**: {why} Test: `{test}`." in md
 
 
 def test_rates_of_a_check_with_no_passing_pair():

@@ -144,6 +144,10 @@ def markdown(report: dict) -> str:
             "Expected failures outside the sweeps' samples, from the platform below the lowerings "
             "(`coverage/expected.py` PLATFORM_DIFFERENCES); each is pinned by a strict-xfail test.", ""]
     out += [f"- **{name}**: {why} Test: `{test}`." for name, (why, test) in expected.PLATFORM_DIFFERENCES.items()]
+    out += ["", "## Known differences", "",
+            "Differences from CPU outside the sweeps' samples that torchneuron keeps, with why "
+            "(`coverage/expected.py` KNOWN_DIFFERENCES); each is pinned by a strict-xfail test.", ""]
+    out += [f"- **{name}**: {why} Test: `{test}`." for name, (why, test) in expected.KNOWN_DIFFERENCES.items()]
     out += ["", "## out= tensors of other dtypes", "",
             "out= calls whose out tensor has another dtype than the result, where neuron still differs from "
             "CPU (`coverage/expected.py` OUT_DTYPE_FAILURES; the sweep is "
