@@ -100,7 +100,7 @@ def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     flags = ["--batch-size", "4", "--seq-len", "16", "--n-layer", "1", "--n-head", "2", "--d-model", "32",
              "--eval-interval", "1", "--eval-iters", "1", "--ckpt-interval", "1", "--out-dir", str(tmp_path),
              "--no-progress"]
-    final = re.compile(r"^final: step (\d+) \| loss [\d.]+ \| val loss [\d.]+ \| [\d,]+ tokens/s"
+    final = re.compile(r"^final: step (\d+) \| last batch loss [\d.]+ \| val loss [\d.]+ \| [\d,]+ tokens/s"
                        r"( \([\d,]+ after the first step\))?$", re.M)
     # As a user starts it: a file run from another directory, in a fresh process.
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "gpt" / "train.py"), "--steps", "2"] + flags,
@@ -113,6 +113,10 @@ def test_gpt_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     gpt_train.main(["--steps", "3", "--resume"] + flags)
     printed = capsys.readouterr().out
     assert "steps 3..3" in printed and final.search(printed).group(1) == "3", printed
+    # A resume with no step left trains nothing and says so (it printed nan tokens/s).
+    gpt_train.main(["--steps", "3", "--resume"] + flags)
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith("| no training step run"), printed
 
 
 @pytest.fixture(scope="module")

@@ -254,10 +254,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         fallbacks = torchneuron.fallback_ops()
         if fallbacks:
             print(f"ops that ran through the CPU fallback (calls): {fallbacks}")
-    speed = f"{result.tokens_per_s():,.0f} tokens/s"
+    speed = f"{result.tokens_per_s():,.0f} tokens/s" if result.step_times else "no training step run"
     if len(result.step_times) > 1:
         speed += f" ({result.tokens_per_s(skip=1):,.0f} after the first step)"
-    print(f"final: step {config.steps} | loss {last} | val loss {val} | {speed}")
+    print(f"final: step {config.steps} | last batch loss {last} | val loss {val} | {speed}")
 
 
 if __name__ == "__main__":
