@@ -319,3 +319,76 @@ def test_half_scalar_times_integer_tensor_rounds_the_integers(op, dtype):
         with no_fallback():
             actual = op(*(a.to("neuron") for a in args)).cpu()
         assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", [torch.eq, torch.ne, torch.lt], ids=["eq", "ne", "lt"])
+def test_half_compared_with_a_complex_number_as_cpu(op, dtype):
+    """A float16/bfloat16 tensor against a complex number or 0-dim complex tensor
+    compares in complex32/bcomplex32 on CPU: both parts of the number rounded to the
+    half type (through complex<float>), so x_half == 0.1 + 0j holds for x = half(0.1),
+    1 + 1e-30j equals 1 in float16, 70000 equals a float16 inf. neuron compared in
+    complex64; the ordered comparisons refuse the type as on CPU."""
+    values = [0.1, 1.0, 65504.0, 65520.0, 1e5, 70000.0, 3e38, float("inf"), float("nan"), 2 ** -25, 1e-8, -2.5]
+    x = torch.tensor(values).to(dtype)
+    scalars = [0.1 + 0j, 1 + 1e-30j, 0.1 + 1e-9j, 1e5 + 0j, 65520 + 0j, 3e38 + 0j, 1e-8 + 1e-8j, 1 + 1j,
+               complex(float("inf"), 0), 1 + 2 ** -11 + 2 ** -40 + 0j]
+    for s in scalars + [torch.tensor(0.1 + 0j), torch.tensor(1 + 1e-30j, dtype=torch.complex128)]:
+        outcomes = []
+        for device in ("cpu", "neuron"):
+            other = s.to(device) if isinstance(s, torch.Tensor) else s
+            try:
+                with no_fallback():
+                    outcomes.append(op(x.to(device), other).cpu())
+            except NotImplementedError as exc:
+                outcomes.append(str(exc))
+        want, got = outcomes
+        assert type(got) is type(want), (s, got, want)
+        assert got == want if isinstance(want, str) else torch.equal(got, want), (s, got, want)
+
+
+def test_threshold_backward_computes_in_the_common_dtype():
+    """CPU's threshold_backward promotes self and grad_output to their common dtype, the
+    result's (bfloat16 self, float16 grad: float32); neuron kept grad_output's."""
+    x = torch.tensor([-1.0, 0.1, 0.5, 2.0])
+    for self_dtype, grad_dtype in [(torch.bfloat16, torch.float16), (torch.float32, torch.float16),
+                                   (torch.float64, torch.float32), (torch.int64, torch.float16)]:
+        s, g = x.to(self_dtype), torch.ones(4, dtype=grad_dtype)
+        expected = torch.ops.aten.threshold_backward(g, s, 0.1)
+        with no_fallback():
+            actual = torch.ops.aten.threshold_backward(g.to("neuron"), s.to("neuron"), 0.1).cpu()
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected), (self_dtype, grad_dtype)
+
+
+_SPECIAL = [float("inf"), -float("inf"), float("nan"), 1e308, -1e308, 0.0, -0.0, 1.0, -1.0, 800.0]
+
+
+def _same_complex(actual, expected, rtol):
+    """Bitwise where CPU's part is 0, infinite or NaN (signs of zeros and infinities
+    included), within rtol elsewhere (as much absolute tolerance near 0, where O(1)
+    terms cancel)."""
+    for a, e in ((actual.real, expected.real), (actual.imag, expected.imag)):
+        special = (e == 0) | ~torch.isfinite(e)
+        assert torch.equal(torch.isnan(a), torch.isnan(e))
+        exact = special & ~torch.isnan(e)
+        assert torch.equal(a[exact], e[exact]) and torch.equal(torch.signbit(a[exact]), torch.signbit(e[exact]))
+        torch.testing.assert_close(a[~special], e[~special], rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_logaddexp_exp_and_log_special_values_as_cpu(dtype):
+    """Complex logaddexp over a grid of infinite, NaN, huge and zero parts, as CPU's
+    _log_add_exp_helper computes it with the C library's cexp and clog (C99's special
+    values: exp(inf + inf i) = inf + NaN i, exp(-inf + inf i) = 0, log(inf + NaN i) =
+    inf + NaN i); neuron gave NaN + NaN i for 659 of these 4096 pairs. exp and log of
+    the same grid too."""
+    z = torch.tensor([complex(a, b) for a in _SPECIAL for b in _SPECIAL], dtype=dtype)
+    a, b = z.repeat_interleave(len(z)), z.repeat(len(z))
+    rtol = 1e-13 if dtype == torch.complex128 else 4e-6
+    with no_fallback():
+        got = torch.logaddexp(a.to("neuron"), b.to("neuron")).cpu()
+        got_exp, got_log = torch.exp(z.to("neuron")).cpu(), torch.log(z.to("neuron")).cpu()
+    _same_complex(got, torch.logaddexp(a, b), rtol)
+    _same_complex(got_exp, torch.exp(z), rtol)
+    finite_log = torch.log(z).abs() < 700  # XLA flushes log(1e308 + 1j)'s subnormal angle to zero
+    _same_complex(got_log[~finite_log], torch.log(z)[~finite_log], rtol)

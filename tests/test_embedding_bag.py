@@ -73,9 +73,7 @@ def test_embedding_bag_max_keeps_the_first_maximum_and_a_leading_nan():
 
 @pytest.mark.parametrize("mode", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_embedding_bag_bookkeeping_outputs_match_cpu(mode):
-    """offset2bag, bag_size and max_indices, which the backward reads, equal CPU's.
-    (For mean, CPU returns bag_size again as max_indices where the meta kernel, which
-    sets neuron's shapes, promises an empty tensor; the backward does not read it.)"""
+    """offset2bag, bag_size and max_indices, which the backward reads, equal CPU's."""
     weight = torch.randn(10, 3)
     for device in ("cpu", "neuron"):
         with no_fallback():
@@ -83,8 +81,36 @@ def test_embedding_bag_bookkeeping_outputs_match_cpu(mode):
                                                 mode, False, None, False, 4)
         if device == "cpu":
             expected = out
-    keep = 4 if mode == 2 else 3
-    assert_same(out[:keep], expected[:keep])
+    assert_same(out, expected)
+
+
+@pytest.mark.parametrize("op", [torch.ops.aten._embedding_bag, torch.ops.aten._embedding_bag_forward_only],
+                         ids=["embedding_bag", "forward_only"])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("dtype,padding_idx", [(torch.float32, -1), (torch.bfloat16, -1), (torch.float64, -1),
+                                               (torch.float32, 4)])
+def test_embedding_bag_all_four_outputs_match_cpu(op, mode, include_last_offset, dtype, padding_idx):
+    """Every output of _embedding_bag and _embedding_bag_forward_only, shapes included:
+    CPU returns bag_size again as the mean's max_indices (neuron gave zeros), sizes the
+    forward-only sum's bag_size (and so its max_indices) by offsets and its other modes'
+    by bags, and skips offset2bag for a bfloat16 sum as for float32. With
+    include_last_offset and a last offset short of the input (8 of 10 here), CPU's fast
+    path (float32/float16/bfloat16 weight, no padding_idx) leaves the indices past it out
+    of the sum and mean bags, while its mean still divides by the size counted to the
+    input's end; its other paths (float64, a padding_idx) and max keep them in the last
+    bag. neuron kept them everywhere."""
+    offsets = torch.cat([OFFSETS, torch.tensor([8])]) if include_last_offset else OFFSETS
+    weight = torch.randn(10, 3).to(dtype)
+    outs = []
+    for device in ("cpu", "neuron"):
+        with no_fallback():
+            outs.append(op(weight.to(device), INDICES.to(device), offsets.to(device), False, mode, False, None,
+                           include_last_offset, padding_idx))
+    expected, actual = outs
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype, (a.shape, e.shape)
+    assert_same(actual, expected)
 
 
 @pytest.mark.slow

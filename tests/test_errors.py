@@ -836,3 +836,76 @@ def test_subtraction_with_a_bool_raises_as_on_cpu(case):
     with pytest.raises(NotImplementedError) as neuron:
         SUB_WITH_BOOLS[case]("neuron")
     assert str(neuron.value) == str(cpu.value)
+
+
+THRESHOLD_OPS = {
+    "threshold": lambda x, v: torch.threshold(x, v, 0),
+    "threshold_backward": lambda x, v: torch.ops.aten.threshold_backward(x, x, v),
+}
+# (dtype, threshold): float16/bfloat16 read the threshold as float, other types as themselves.
+THRESHOLDS = [(torch.float16, 70000.0), (torch.float16, 1e39), (torch.bfloat16, 1e39), (torch.float32, 1e39),
+              (torch.float32, -1e39), (torch.float32, 3.0), (torch.float64, 1e39), (torch.int8, 300),
+              (torch.int8, -129), (torch.uint8, -1), (torch.uint8, 256), (torch.int32, 2 ** 40),
+              (torch.int16, 2.5), (torch.int16, float("nan"))]
+
+
+@pytest.mark.parametrize("op", THRESHOLD_OPS, ids=str)
+def test_threshold_reads_its_threshold_as_cpus_kernel(op):
+    """CPU's threshold kernel, which threshold_backward shares, reads the threshold with
+    Scalar::to<float> for float16/bfloat16 tensors (70000 fits, 1e39 does not) and to the
+    tensor's type otherwise, raising "value cannot be converted to type ... without
+    overflow" at the call. neuron refused a float16 threshold of 70000 (at the next
+    synchronization), let 1e39 through on float32, and never checked threshold_backward's.
+    Every call is checked, the executable cached or not (a fitting value runs first)."""
+    fn = THRESHOLD_OPS[op]
+    for dtype, value in THRESHOLDS:
+        outcomes = []
+        for device in ("cpu", "neuron"):
+            x = torch.arange(1, 6).to(dtype).to(device)
+            fn(x, 2)
+            try:
+                outcomes.append((None, fn(x, value).cpu()))  # raises at the call, no synchronization
+            except Exception as exc:  # noqa: BLE001 - comparing whatever is raised
+                outcomes.append((type(exc), str(exc)))
+        want, got = outcomes
+        assert got[0] is want[0], (dtype, value, got, want)
+        if want[0] is None:
+            assert torch.equal(got[1], want[1]), (dtype, value)
+        else:
+            assert got[1] == want[1], (dtype, value)
+
+
+SCALAR_TENSOR_VALUES = [300, -1, -300, 70000.0, 1 + 0j, 1 + 1j, 1e5 + 0j, 2.5, -3.7, float("inf"), float("nan"),
+                        2 ** 40, True]
+SCALAR_TENSOR_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                        torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", SCALAR_TENSOR_DTYPES, ids=str)
+def test_scalar_tensor_checks_its_value_as_cpu(dtype):
+    """CPU's scalar_tensor refuses a value its dtype cannot hold (uint8 300, an imaginary
+    part into a real type), but fills float16/bfloat16 unchecked (70000 gives inf);
+    neuron filled every value unchecked, so `torch.where(x_uint8 > 1, x, 300)` wrapped.
+    (1e39 into float32 is a listed known difference: traced float Scalars.)"""
+    for value in SCALAR_TENSOR_VALUES:
+        outcomes = []
+        for device in ("cpu", "neuron"):
+            try:
+                outcomes.append(torch.scalar_tensor(value, dtype=dtype, device=device).cpu())
+            except RuntimeError as exc:
+                outcomes.append(str(exc))
+        want, got = outcomes
+        if isinstance(want, str):
+            assert got == want, (value, got)
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0, msg=str(value))
+
+
+def test_where_with_a_number_the_tensor_cannot_hold_raises():
+    for device in ("cpu", "neuron"):
+        x = torch.tensor([1, 2, 3], dtype=torch.uint8, device=device)
+        # at the call on CPU; on neuron a traced Scalar is checked on the device, by the
+        # next synchronization
+        with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+            torch.where(x > 1, x, 300).cpu()
+        assert torch.where(x > 1, x, -1).tolist() == [255, 2, 3]  # c10 lets -1 wrap into unsigned types

@@ -116,3 +116,31 @@ def test_fused_adam_with_found_inf_skips_list_checks():
         return params[0]
 
     _same_outcome(fn)
+
+
+@_known("binary_cross_entropy's first bad element of a strided input")
+def test_bce_names_the_first_bad_element_in_memory_order():
+    x = torch.tensor([[0.5, 0.5], [2.0, 0.5]])  # out of range at (1, 0): (0, 1) once transposed
+    t = torch.tensor([[0.5, 0.5], [5.0, 0.5]])  # out of range at (1, 0), before (0, 1) in memory order
+    messages = []
+    for d in ("cpu", "neuron"):
+        with pytest.raises(RuntimeError) as info:  # neuron checks on the device: by the next synchronization
+            torch.nn.functional.binary_cross_entropy(x.to(d).t(), t.to(d)).item()
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+@_known("embedding_bag mean past the last offset on a row-strided weight")
+def test_embedding_bag_mean_on_a_row_strided_weight():
+    weight = torch.randn(20, 3)
+    indices, offsets = torch.tensor([0, 1, 2, 3, 4, 5]), torch.tensor([0, 2, 4])
+    _same_outcome(lambda d: torch.nn.functional.embedding_bag(indices.to(d), weight.to(d)[::2], offsets.to(d),
+                                                              mode="mean", include_last_offset=True))
+
+
+@_known("add/sub with alpha on half tensors: CPU's scalar tail")
+def test_half_add_with_alpha_rounds_like_cpus_tail():
+    a, b = torch.randn(100).half(), torch.randn(100).half()
+    want = torch.add(a, b, alpha=0.1)
+    got = torch.add(a.to("neuron"), b.to("neuron"), alpha=0.1).cpu()
+    assert torch.equal(got, want)

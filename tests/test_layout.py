@@ -2,8 +2,12 @@
 channels_last input's layout (convolution by its mkldnn/slow backend, group_norm,
 padding, pixel and channel shuffles, max_unpool2d), take the math path of attention
 for a query with a strided last dim, and write lstsq's solution and nonzero's result
-column-major. A layout is observable: `y.view(...)` of a channels_last result raises
-on CPU. Inputs keep their strides on the device (`strided`)."""
+column-major. The shared rules of `ops/layouts.py` are checked per kernel family on
+transposed, channels_last and sliced inputs: TensorIterator's layout, contiguous
+allocations, the input's suggested memory format, gradients, out= tensors CPU resizes
+or restrides, results that view a larger storage. A layout is observable: `y.view(...)`
+of a channels_last result raises on CPU. Inputs keep their strides on the device
+(`strided`)."""
 import itertools
 import re
 
@@ -117,8 +121,8 @@ def test_padding_is_native_and_keeps_channels_last(mode, dtype):
             with no_fallback():
                 actual = F.pad(strided(t), pads, mode=mode)
             assert torch.equal(actual.cpu(), expected), (shape, pads)
-            if expected.numel():  # an empty result's strides are left as the executor makes them
-                assert actual.stride() == expected.stride(), (shape, pads)
+            # An empty channels_last result too: CPU's allocation gives it zero strides.
+            assert actual.stride() == expected.stride(), (shape, pads)
 
 
 @pytest.mark.parametrize("op,factor,shape", [(F.pixel_shuffle, 2, (2, 8, 3, 5)), (F.pixel_shuffle, 3, (3, 2, 18, 4, 5)),
@@ -165,8 +169,12 @@ def test_attention_output_is_contiguous_where_cpu_takes_its_math_path():
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((3, 3), (3, 2)), ((3, 5), (3, 2)), ((2, 3, 3), (2, 3, 3)),
-                                             ((5, 3), (5,)), ((3, 3, 3, 3), (3, 3, 3, 3))])
+                                             ((5, 3), (5,)), ((3, 3, 3, 3), (3, 3, 3, 3)), ((5, 3), (5, 2)),
+                                             ((2, 5, 3), (2, 5, 2)), ((2, 5, 3), (2, 5)), ((4, 5, 3), (1, 5, 2)),
+                                             ((5, 3), (5, 0))])
 def test_lstsq_solution_is_column_major(a_shape, b_shape):
+    """For m > n CPU's solution is the top n rows of its (m, k) column-major buffer:
+    columns m apart, a view of a larger storage."""
     a, b = torch.randn(a_shape, dtype=torch.float64), torch.randn(b_shape, dtype=torch.float64)
     _same_layout(lambda x, y: torch.linalg.lstsq(x, y).solution, a, b)
     if a.dim() == 4:
@@ -190,3 +198,330 @@ def test_nonzero_is_column_major(x):
         _same_layout(fn, x)
     if x.dim():
         _same_layout(lambda t: torch.nonzero(t, as_tuple=True)[0], x)
+
+
+# ------------------------------------------------------------------ layouts of CPU's kernels
+def _layouts(t: torch.Tensor) -> dict:
+    """`t` in the layouts the kernels' rules tell apart: contiguous, transposed (last two
+    dims), channels_last (4-d/5-d), and a slice with a step (not dense)."""
+    out = {"contiguous": t, "transposed": t.mT.contiguous().mT}
+    if t.dim() in _CL:
+        out["channels_last"] = t.contiguous(memory_format=_CL[t.dim()])
+    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+    out["sliced"] = wide[..., ::2].copy_(t)
+    return out
+
+
+def _on_neuron(t: torch.Tensor) -> torch.Tensor:
+    """`t` on neuron with its strides, a slice as the same view of a copy of its base."""
+    if t._base is not None and not torch._prims_common.is_non_overlapping_and_dense_or_false(t):
+        base = strided(t._base)
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+    return strided(t)
+
+
+def _same_strides(fn, *args, values=True, fallback=False):
+    """fn on CPU and on neuron (tensor arguments with their layouts): the same strides
+    for every tensor result (and values, unless `values` is False)."""
+    expected = fn(*args)
+    moved = [_on_neuron(a) if isinstance(a, torch.Tensor) else a for a in args]
+    if fallback:
+        actual = fn(*moved)
+    else:
+        with no_fallback():
+            actual = fn(*moved)
+    expected = expected if isinstance(expected, (tuple, list)) else [expected]
+    actual = actual if isinstance(actual, (tuple, list)) else [actual]
+    for e, a in zip(expected, actual):
+        if isinstance(e, torch.Tensor):
+            assert a.stride() == e.stride(), (a.stride(), e.stride())
+            if values:
+                torch.testing.assert_close(a.cpu(), e)
+
+
+_ELEMENTWISE = {
+    "copysign": lambda x, y: torch.copysign(x, y),
+    "floor_divide": lambda x, y: torch.floor_divide(x, y),
+    "div_floor": lambda x, y: torch.div(x, y, rounding_mode="floor"),
+    "complex": lambda x, y: torch.complex(x, y),
+    "polar": lambda x, y: torch.polar(x.abs(), y),
+    "native_dropout_backward": lambda x, y: aten.native_dropout_backward(x, y > 0, 2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ELEMENTWISE))
+@pytest.mark.parametrize("layout", ["transposed", "channels_last", "sliced"])
+@pytest.mark.parametrize("other", ["same", "scalar", "broadcast"])
+def test_tensor_iterator_results_take_the_inputs_layout(name, layout, other):
+    """CPU's TensorIterator kernels order the output's dims by the inputs' strides, with
+    a 0-dim or broadcast operand not voting; PyTorch's Python references of some lay the
+    result out contiguous (copysign with a 0-dim operand), and ops without the pointwise
+    tag (complex, polar, floor_divide, native_dropout_backward) have references of their
+    own."""
+    x = _layouts(torch.randn(2, 3, 4, 5))[layout]
+    y = {"same": _layouts(torch.randn(2, 3, 4, 5))[layout], "scalar": torch.tensor(1.5),
+         "broadcast": torch.randn(4, 1)}[other]
+    _same_strides(_ELEMENTWISE[name], x, y)
+
+
+_OUT_OPS = {
+    "eq": lambda x, y, out: torch.eq(x, y, out=out),
+    "logical_and": lambda x, y, out: torch.logical_and(x, y, out=out),
+    "heaviside": lambda x, y, out: torch.heaviside(x, y, out=out),
+    "copysign": lambda x, y, out: torch.copysign(x, y, out=out),
+    "signbit": lambda x, y, out: torch.signbit(x, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OUT_OPS))
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_resized_out_tensor_takes_the_functional_layout(name, layout):
+    """An out= tensor CPU resizes (an empty one) is laid out as the functional result
+    (structured kernels' `resize_out` takes the meta function's strides, TensorIterator's
+    here); one of the right shape keeps its strides. PyTorch's Python out wrappers made
+    the resized one contiguous."""
+    x = _layouts(torch.randn(2, 3, 4, 5))[layout]
+    y = torch.tensor(0.5)
+    dtype = torch.bool if name in ("eq", "logical_and", "signbit") else torch.float32
+
+    def call(a, b):
+        out = torch.empty(0, dtype=dtype, device=a.device)
+        _OUT_OPS[name](a, b, out)
+        return out
+
+    def call_right_shape(a, b):
+        out = torch.empty(2, 3, 5, 4, dtype=dtype, device=a.device).mT
+        _OUT_OPS[name](a, b, out)
+        return out
+
+    _same_strides(call, x, y)
+    _same_strides(call_right_shape, x, y)
+
+
+@pytest.mark.parametrize("x", [torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]]), torch.zeros(3, 2),
+                               torch.tensor([0.0, 1.0])], ids=["2d", "none", "1d"])
+def test_nonzero_out_is_column_major_when_resized(x):
+    """nonzero_out_cpu restrides a resized out tensor column-major, (1, n), also with no
+    nonzero element (strides (1, 0)); a right-sized one keeps its strides."""
+    def resized(t):
+        return torch.nonzero(t, out=torch.empty(0, dtype=torch.long, device=t.device))
+
+    def right_size(t):
+        out = torch.empty(int(torch.count_nonzero(t.cpu())), t.dim(), dtype=torch.long, device=t.device)
+        return torch.nonzero(t, out=out)
+
+    _same_strides(resized, x)
+    _same_strides(right_size, x)
+
+
+def _rrelu_eval(t):
+    return F.rrelu(t, training=False)
+
+
+def _rrelu_train(t):
+    return F.rrelu(t, training=True)
+
+
+_ONE_INPUT = {
+    # contiguous whatever the input
+    "logcumsumexp": (lambda t: torch.logcumsumexp(t, 1), True),
+    "rrelu_eval": (_rrelu_eval, True),
+    "rrelu_train": (_rrelu_train, False),  # random slopes: strides only
+    "normal_tensor_float": (lambda t: torch.normal(t, 0.5), False),
+    "normal_tensor_tensor": (lambda t: torch.normal(t, t.abs()), False),
+    # the input's suggested memory format
+    "batch_norm_eval": (lambda t: F.batch_norm(t, torch.zeros(t.shape[1], device=t.device),
+                                               torch.ones(t.shape[1], device=t.device)), True),
+    "batch_norm_train": (lambda t: F.batch_norm(t, None, None, training=True), True),
+    "native_batch_norm": (lambda t: aten.native_batch_norm(t, None, None, None, None, True, 0.1, 1e-5), True),
+    "roll_one_dim": (lambda t: torch.roll(t, 1, 1), True),
+    "roll_two_dims": (lambda t: torch.roll(t, (1, 2), (0, 2)), True),
+    "roll_flat": (lambda t: torch.roll(t, 3), True),
+    "native_channel_shuffle": (lambda t: torch.native_channel_shuffle(t, 2), True),
+    # pointwise-tagged, yet a contiguous clone filled in place
+    "masked_fill": (lambda t: t.masked_fill(t > 0, 0.5), True),
+    "masked_fill_broadcast": (lambda t: t.masked_fill(t[0, 0] > 0, 0.5), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ONE_INPUT))
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "sliced"])
+def test_kernels_allocating_contiguous_or_in_the_suggested_format(name, layout):
+    """Kernels that allocate `empty_like(self, MemoryFormat::Contiguous)` (logcumsumexp,
+    rrelu, normal; masked_fill's contiguous clone, though it is tagged pointwise) or
+    `empty_like(input, input.suggest_memory_format())` (batch_norm, roll through cat,
+    native_channel_shuffle), where PyTorch's meta kernels keep a
+    transposed input's layout or drop channels_last. native_channel_shuffle of a
+    transposed input raised a view error on neuron (its composite kernel views)."""
+    fn, values = _ONE_INPUT[name]
+    x = _layouts(torch.randn(2, 4, 3, 5))[layout]
+    _same_strides(fn, x, values=values)
+
+
+def _grads(fn, args, device, transposed_grad=False):
+    """Gradients of fn's result for the floating tensor arguments, given a grad_output
+    laid out as CPU's result (or transposed in its last two dims)."""
+    leaves = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            a = (_on_neuron(a) if device == "neuron" else a).detach()
+            if a.is_floating_point():
+                a.requires_grad_(True)
+        leaves.append(a)
+    out = fn(*leaves)
+    values = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    stride = torch.empty(out.shape).mT.contiguous().mT.stride() if transposed_grad else fn(*args).stride()
+    grad = torch.empty_strided(out.shape, stride, device=device).copy_(values)
+    return torch.autograd.grad(out, [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad], grad)
+
+
+def _same_grads(fn, *args, fallback=False, transposed_grad=False):
+    args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    expected = _grads(fn, args, "cpu", transposed_grad)
+    if fallback:
+        actual = _grads(fn, args, "neuron", transposed_grad)
+    else:
+        with no_fallback():
+            actual = _grads(fn, args, "neuron", transposed_grad)
+    for e, a in zip(expected, actual):
+        assert a.stride() == e.stride(), (a.stride(), e.stride())
+        torch.testing.assert_close(a.cpu(), e, atol=1e-4, rtol=1e-4)
+
+
+_TARGET = torch.randint(0, 4, (2, 3, 5))
+
+
+# name -> (fn, input shape, whether the gradient coming in is transposed, as it is where a
+# loss or activation meets a transposed tensor).
+_BACKWARDS = {
+    # class probabilities laid out as the input: log_softmax's gradient comes in so
+    "cross_entropy": (lambda x: F.cross_entropy(x, torch.ones_like(x) / x.shape[1], reduction="none"), (2, 4, 3, 5)),
+    "log_softmax": (lambda x: torch.log_softmax(x, 1), (2, 4, 3, 5), True),
+    "softmax": (lambda x: torch.softmax(x, -1), (2, 4, 3, 5), True),
+    "mse_loss": (lambda x: F.mse_loss(x, torch.ones_like(x), reduction="none"), (2, 4, 3, 5)),
+    "huber_loss": (lambda x: F.huber_loss(x, torch.ones_like(x), reduction="none"), (2, 4, 3, 5)),
+    "smooth_l1_loss": (lambda x: F.smooth_l1_loss(x, torch.ones_like(x), reduction="none"), (2, 4, 3, 5)),
+    "soft_margin_loss": (lambda x: F.soft_margin_loss(x, torch.ones_like(x), reduction="none"), (2, 4, 3, 5)),
+    "multi_margin_loss": (lambda x: F.multi_margin_loss(x, _TARGET[0, 0].to(x.device), reduction="none"), (5, 4)),
+    "multilabel_margin_loss": (lambda x: F.multilabel_margin_loss(
+        x, torch.zeros(x.shape, dtype=torch.long, device=x.device), reduction="none"), (5, 4)),
+    "reflection_pad": (lambda x: F.pad(x, (1, 2, 2, 1), mode="reflect"), (2, 4, 3, 5)),
+    "replication_pad": (lambda x: F.pad(x, (1, 2, 2, 1), mode="replicate"), (2, 4, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BACKWARDS))
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_gradients_are_laid_out_as_cpu(name, layout):
+    """Input gradients: CPU's softmax and loss backward kernels allocate contiguous
+    (LEGACY_CONTIGUOUS_MEMORY_FORMAT, `at::empty({0})` resized) whatever the layout of
+    the gradient coming in, soft_margin_loss's writes a TensorIterator (the inputs'
+    layout), and the 2-d pads' keep a channels_last input's format
+    (`input.suggest_memory_format()`)."""
+    fn, shape, transposed_grad = (_BACKWARDS[name] + (False,))[:3]
+    layouts = _layouts(torch.randn(shape))
+    if layout not in layouts:
+        pytest.skip("channels_last needs 4 or 5 dims")
+    _same_grads(fn, layouts[layout], transposed_grad=transposed_grad)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("op", ["reflection_pad3d", "replication_pad3d"])
+def test_3d_padding_gradients_keep_channels_last(op, layout):
+    x = _layouts(torch.randn(2, 3, 4, 3, 5))[layout]
+    _same_grads(lambda t: F.pad(t, (1, 2, 2, 1, 1, 1), mode=op.split("_")[0].replace("reflection", "reflect")
+                                .replace("replication", "replicate")), x)
+
+
+def test_ctc_and_fractional_max_pool3d_gradients_are_contiguous():
+    """LossCTC.cpp's gradient is `full_like(log_probs, neginf, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`;
+    FractionalMaxPool3d.cpp's `at::empty({0})` resized as the input (contiguous)."""
+    targets = torch.randint(1, 6, (3, 5))
+
+    def ctc(lp):
+        return F.ctc_loss(lp, targets.to(lp.device), [20, 18, 15], [5, 4, 3], reduction="none")
+
+    _same_grads(ctc, torch.randn(20, 3, 6).log_softmax(2).mT.contiguous().mT, fallback=True)
+    samples = torch.rand(2, 3, 3)
+    for x in _layouts(torch.randn(2, 3, 5, 5, 5)).values():
+        _same_grads(lambda t: F.fractional_max_pool3d(t, 2, output_size=3, _random_samples=samples.to(t.device)),
+                    x, fallback=True)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_attention_gradients_are_laid_out_as_cpu(layout):
+    """F.scaled_dot_product_attention's input gradients: CPU's flash kernel writes them
+    (B, L, H, E) in memory; its math path (a strided last dim) gives bmm results, the
+    key's transposed."""
+    q, k, v = (_layouts(torch.randn(2, 3, n, 8))[layout] for n in (4, 6, 6))
+    _same_grads(F.scaled_dot_product_attention, q, k, v)
+
+
+_PAD_OUTS = [(aten.reflection_pad2d.out, (2, 3, 5, 6), [1, 1, 2, 1]),
+             (aten.replication_pad2d.out, (2, 3, 5, 6), [1, 1, 2, 1]),
+             (aten.reflection_pad3d.out, (2, 3, 4, 5, 6), [1] * 6),
+             (aten.replication_pad3d.out, (2, 3, 4, 5, 6), [1] * 6),
+             (aten.reflection_pad2d.out, (3, 5, 6), [1, 1, 2, 1]),
+             (aten.reflection_pad1d.out, (2, 3, 6), [1, 2])]
+
+
+@pytest.mark.parametrize("op,shape,pads", _PAD_OUTS,
+                         ids=[f"{op.__name__}-{len(shape)}d" for op, shape, pads in _PAD_OUTS])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("out_kind", ["empty", "transposed"])
+def test_padding_out_tensors_are_restrided_as_cpu(op, shape, pads, layout, out_kind):
+    """CPU's 2-d (batched) and 3-d padding out= kernels call `out.resize_(sizes,
+    input.suggest_memory_format())` themselves: a right-sized out tensor of another
+    layout is restrided too; 1-d and unbatched 2-d keep its strides."""
+    x = _layouts(torch.randn(shape)).get(layout, torch.randn(shape))
+    size = list(op.overloadpacket.default(x, pads).shape)
+
+    def call(t):
+        out = (torch.empty(0, device=t.device) if out_kind == "empty"
+               else torch.empty(size[:-2] + size[-2:][::-1], device=t.device).mT)
+        op(t, pads, out=out)
+        return out
+
+    _same_strides(call, x)
+
+
+_PAD_GRAD_OUTS = [(aten.reflection_pad2d_backward.grad_input, (2, 3, 5, 6), [1, 1, 2, 1]),
+                  (aten.replication_pad2d_backward.grad_input, (2, 3, 5, 6), [1, 1, 2, 1]),
+                  (aten.replication_pad3d_backward.grad_input, (2, 3, 4, 5, 6), [1] * 6),
+                  (aten.reflection_pad3d_backward.grad_input, (2, 3, 4, 5, 6), [1] * 6)]
+
+
+@pytest.mark.parametrize("op,shape,pads", _PAD_GRAD_OUTS, ids=[op.__name__ for op, _, _ in _PAD_GRAD_OUTS])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_padding_backward_grad_input_is_restrided_as_cpu(op, shape, pads, layout):
+    x = _layouts(torch.randn(shape))[layout]
+    forward = getattr(aten, op.__name__.split("_backward")[0]).default
+    grad = torch.randn(forward(x, pads).shape)
+
+    def call(g, t):
+        out = torch.empty(list(t.shape[:-2]) + list(t.shape[-2:])[::-1], device=t.device).mT
+        op(g, t, pads, grad_input=out)
+        return out
+
+    _same_strides(call, grad, x)
+
+
+@pytest.mark.parametrize("op", [aten.diagonal_scatter.default, aten.select_scatter.default, aten.slice_scatter.default,
+                                aten.as_strided_scatter.default])
+def test_scatter_ops_keep_a_strided_inputs_strides(op):
+    """CPU's *_scatter kernels start from `clone_preserve_strides(self)`: a sliced input
+    gives a result with its (not dense) strides, a view of a larger storage."""
+    x = _layouts(torch.randn(6, 5))["sliced"]
+    src = {aten.diagonal_scatter.default: torch.randn(5), aten.select_scatter.default: torch.randn(5),
+           aten.slice_scatter.default: torch.randn(6, 5), aten.as_strided_scatter.default: torch.randn(5)}[op]
+    extra = {aten.diagonal_scatter.default: (), aten.select_scatter.default: (0, 1), aten.slice_scatter.default: (),
+             aten.as_strided_scatter.default: ((5,), (1,))}[op]
+    _same_strides(lambda t, s: op(t, s, *extra), x, src)
+
+
+def test_decomposition_with_a_named_tuple_result_on_a_strided_input():
+    """F.logsigmoid of a sliced input runs log_sigmoid_forward's decomposition, whose
+    result is a named tuple; copying it into the meta kernel's layout kept its type."""
+    x = _layouts(torch.randn(4, 6))["sliced"]
+    _same_strides(lambda t: aten.log_sigmoid_forward(t), x, fallback=True)
+    _same_strides(F.logsigmoid, x, fallback=True)

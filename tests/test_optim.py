@@ -326,3 +326,38 @@ def test_default_is_foreach_and_capturable_works():
         torch.testing.assert_close(pn.detach().cpu(), p.detach(), atol=1e-6, rtol=1e-5)
     assert len(install.KERNELS[aten._foreach_addcdiv_.Scalar].cache) or \
         len(install.KERNELS[aten._foreach_div_.List].cache)
+
+
+FUSED_KERNELS = {
+    "adam": lambda p, g, m, v, steps, **kw: torch._fused_adam_(p, g, m, v, [], steps, lr=0.01, beta1=0.9, beta2=0.99,
+                                                                weight_decay=0.1, eps=1e-8, amsgrad=False,
+                                                                maximize=False, **kw),
+    "adamw": lambda p, g, m, v, steps, **kw: torch._fused_adamw_(p, g, m, v, [], steps, lr=0.01, beta1=0.9,
+                                                                  beta2=0.99, weight_decay=0.1, eps=1e-8,
+                                                                  amsgrad=False, maximize=False, **kw),
+    "sgd": lambda p, g, m, v, steps, **kw: torch._fused_sgd_(p, g, m, weight_decay=0.01, momentum=0.9, lr=0.1,
+                                                              dampening=0.0, nesterov=False, maximize=False,
+                                                              is_first_step=False, **kw),
+    "adagrad": lambda p, g, m, v, steps, **kw: torch._fused_adagrad_(p, g, v, steps, lr=0.1, lr_decay=0.0,
+                                                                      weight_decay=0.0, eps=1e-10, maximize=False,
+                                                                      **kw),
+}
+
+
+@pytest.mark.parametrize("kernel", FUSED_KERNELS)
+@pytest.mark.parametrize("found_inf,grad_scale", [([1.0, 0.0], None), ([0.0, 1.0], [4.0, 2.0]),
+                                                  ([[0.0]], [[8.0]]), (None, [2.0, 0.5, 3.0])])
+def test_fused_kernels_read_the_first_element_of_found_inf_and_grad_scale(kernel, found_inf, grad_scale):
+    """ATen's fused CPU kernels read found_inf and grad_scale as *data_ptr<float>(): the
+    first element of a tensor of any size (found_inf [1, 0] skips the step, [0, 1]
+    takes it). neuron refused a 2-element found_inf (a reshape error)."""
+    p, g, m, v, _, steps = _fused_state(amsgrad=False)
+    outs = []
+    for device in ("cpu", "neuron"):
+        state = [[t.clone().to(device) for t in x] for x in (p, g, m, v, steps)]
+        kw = {name: None if value is None else torch.tensor(value, device=device)
+              for name, value in (("found_inf", found_inf), ("grad_scale", grad_scale))}
+        with no_fallback():
+            FUSED_KERNELS[kernel](*state, **kw)
+        outs.append([[t.cpu() for t in x] for x in state])
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-6, rtol=1e-5)

@@ -263,3 +263,18 @@ def test_as_strided_scatter_addresses_the_clone_of_its_input(permuted):
     base = torch.arange(24.0).view(4, 6)
     x = base.t() if permuted else base
     check(lambda t, s: torch.as_strided_scatter(t, s, (2, 3), (1, 4), 2), x, torch.full((2, 3), -1.0))
+
+
+@pytest.mark.parametrize("shape,fmt", [((0, 1, 4, 4), None), ((2, 0, 4, 4), None), ((2, 3, 0, 4), None),
+                                       ((3, 0, 2, 4, 4), None), ((1, 0, 4), None),
+                                       ((0, 2, 4, 4), torch.channels_last)])
+@pytest.mark.parametrize("factor", [1, 2])
+def test_pixel_unshuffle_of_an_empty_input_is_its_clone(shape, fmt, factor):
+    """CPU's pixel_unshuffle returns self.clone() for an empty input (its shape and
+    strides), after the shape checks; neuron returned the unshuffled shape (0, 4, 2, 2)
+    for (0, 1, 4, 4)."""
+    x = torch.empty(shape) if fmt is None else torch.empty(shape).contiguous(memory_format=fmt)
+    expected = torch.nn.functional.pixel_unshuffle(x, factor)
+    with no_fallback():
+        actual = torch.nn.functional.pixel_unshuffle(x.to("neuron"), factor)
+    assert (actual.shape, actual.stride(), actual.dtype) == (expected.shape, expected.stride(), expected.dtype)

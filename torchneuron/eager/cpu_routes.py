@@ -64,7 +64,23 @@ def _max_pool1d(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
     return _composite(aten.max_pool1d.default, self, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-ROUTES = {aten.dropout.default: _dropout, aten.max_pool1d.default: _max_pool1d}
+def _native_channel_shuffle(self, groups):
+    """aten::native_channel_shuffle: CPU has a kernel of its own (ChanelShuffle.cpp
+    `channel_shuffle_cpu`: an empty input's alias, else the shuffle of
+    `self.contiguous(memory_format)` written in `self.suggest_memory_format()`); other
+    devices run the composite `math_channel_shuffle`, whose `self.view(b, groups, oc,
+    -1)` refuses a transposed input and whose `.contiguous()` drops channels_last. So
+    the composite runs on the input made contiguous in its suggested format, and its
+    result is laid out in that format (both differentiable)."""
+    if self.numel() == 0:
+        return aten.alias.default(self)
+    fmt = torch._prims_common.suggest_memory_format(self)
+    out = _composite(aten.native_channel_shuffle.default, self.contiguous(memory_format=fmt), groups)
+    return out.contiguous(memory_format=fmt)
+
+
+ROUTES = {aten.dropout.default: _dropout, aten.max_pool1d.default: _max_pool1d,
+          aten.native_channel_shuffle.default: _native_channel_shuffle}
 
 
 def install(lib: torch.library.Library) -> None:

@@ -27,9 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .. import _extension, metrics, profiler
-from ..ops.registry import Context, Lowering, OutSpec, laid_out, tracing
+from ..ops.registry import OUT_LAYOUTS, Context, Lowering, OutSpec, laid_out, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 from . import executable_cache, meta_device, out_dtypes, out_overlap, refusal
 
@@ -445,9 +446,15 @@ class OpKernel:
                 if m is not None and tuple(values[i].shape) != tuple(m[0]):
                     values[i].resize_(m[0])
                     # A resized out tensor takes the strides the meta kernel chose, as
-                    # ATen's structured kernels do (linalg results are column-major).
+                    # ATen's structured kernels do (linalg results are column-major),
+                    # or the functional result's layout (`_out_layouts`).
                     if tuple(values[i].stride()) != tuple(m[1]):
                         values[i].as_strided_(m[0], m[1])
+                    resized = True
+                elif m is not None and self.op in OUT_LAYOUTS and tuple(values[i].stride()) != tuple(m[1]):
+                    # CPU's kernel restrides the out tensor whatever its strides
+                    # (`registry.out_layout`); dense strides fit where it lies.
+                    values[i].as_strided_(m[0], m[1])
                     resized = True
             if resized:
                 return None
@@ -576,7 +583,7 @@ class OpKernel:
             flat_results = _flatten(results) if mode not in ("inplace", "out") else []
             for r, m in zip(flat_results, metas_out):
                 if isinstance(m, tuple):  # results at undefined or SymInt outputs are ignored
-                    outs.append(_to_layout(jnp.asarray(r).astype(dtypes.to_jax(m[2])), m[0], m[1]))
+                    outs.append(_to_storage(jnp.asarray(r).astype(dtypes.to_jax(m[2])), m[0], m[1]))
             for ok, exc_type, message in ctx.checks:
                 check_info.append((exc_type, message))
                 outs.append(ok)
@@ -593,7 +600,7 @@ class OpKernel:
         fn = jax.jit(traced, donate_argnums=donate)
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
-                      [(m[0], _dense_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
+                      [(m[0], _fresh_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
                        for m in fresh_specs], check_info, "jit_" + traced.__name__, aliased)
 
     def _aliasing(self, values, metas, write_targets, read_pos, geometry) -> Optional["_Aliasing"]:
@@ -708,7 +715,7 @@ class OpKernel:
         if self.mode == "inplace":
             outs = [margs[0]] if isinstance(margs[0], torch.Tensor) else list(margs[0])
         elif self.mode == "out":
-            outs = [margs[i] for i in self.out_idx]
+            outs = self._out_layouts(values, [margs[i] for i in self.out_idx], pos, kw)
         else:
             rets = _as_list(out) if len(self.return_src) != 1 else [out]
             rets = laid_out(self.op, rets, pos, kw)
@@ -744,10 +751,10 @@ class OpKernel:
             return None
         return out_dtypes.check(self.op, values, results)
 
-    def _functional_outputs(self, values, functional) -> List[torch.Tensor]:
-        """The meta outputs of `functional`, the functional counterpart of this in-place
-        or out= overload, on this call's inputs (passed by name: polygamma_(self, n)
-        is polygamma(n, self))."""
+    def _functional_arguments(self, values, functional):
+        """(positional, keyword) meta arguments of `functional`, the functional counterpart
+        of this in-place or out= overload, from this call's inputs (passed by name:
+        polygamma_(self, n) is polygamma(n, self))."""
         by_name = dict(zip(self.names, values))
         pos, kw = [], {}
         for a in functional._schema.arguments:
@@ -756,7 +763,50 @@ class OpKernel:
                 kw[a.name] = v
             else:
                 pos.append(v)
+        return pos, kw
+
+    def _functional_outputs(self, values, functional) -> List[torch.Tensor]:
+        """The meta outputs of `functional` (see `_functional_arguments`) on this call's
+        inputs."""
+        pos, kw = self._functional_arguments(values, functional)
         return _flatten(_as_list(functional(*pos, **kw)))
+
+    def _out_layouts(self, values, outs, pos, kw) -> list:
+        """The meta out tensors `outs` (as the out= overload's meta kernel left them)
+        with the strides CPU's kernel gives them. An out tensor the kernel resizes takes
+        the layout of the functional overload's result (`registry.laid_out`): ATen's
+        structured kernels restride a resized out tensor to what their meta function
+        chose for the functional result (`resize_out`: TensorIterator's strides, or its
+        memory format), and hand-written ones resize it as their functional kernel
+        allocates; PyTorch's Python out wrappers make it contiguous instead. An out
+        tensor of the right shape keeps its strides, except for the kernels that restride
+        it themselves (`registry.OUT_LAYOUTS`: `out.resize_(sizes, memory_format)`)."""
+        resized = [isinstance(o, torch.Tensor) and isinstance(values[i], torch.Tensor)
+                   and tuple(values[i].shape) != tuple(o.shape) for i, o in zip(self.out_idx, outs)]
+        rule = OUT_LAYOUTS.get(self.op)
+        if not any(resized) and rule is None:
+            return outs
+        outs = list(outs)
+        if any(resized) and self.counterpart is not None:
+            try:
+                fpos, fkw = self._functional_arguments(values, self.counterpart)
+                rets = self.counterpart(*fpos, **fkw)
+                rets = [rets] if len(self.counterpart._schema.returns) == 1 else _as_list(rets)
+                results = _flatten(laid_out(self.counterpart, rets, fpos, fkw))
+            except Exception:  # noqa: BLE001 - the out= overload's meta kernel judged the call
+                results = []
+            for k, (o, r) in enumerate(zip(outs, results)):
+                if (resized[k] and isinstance(r, torch.Tensor) and r.shape == o.shape and r.stride() != o.stride()
+                        and is_non_overlapping_and_dense_or_false(r)):
+                    outs[k] = torch.empty_strided(o.shape, r.stride(), dtype=o.dtype, device=o.device)
+        if rule is not None:
+            formats = rule(*pos, **kw)
+            if not isinstance(formats, (list, tuple)):
+                formats = [formats] * len(outs)
+            for k, (o, fmt) in enumerate(zip(outs, formats)):
+                if fmt is not None and isinstance(o, torch.Tensor):
+                    outs[k] = torch.empty(o.shape, dtype=o.dtype, device=o.device, memory_format=fmt)
+        return outs
 
     def _functional_meta(self, values, functional=None) -> List[Tuple[tuple, tuple, torch.dtype]]:
         """(shape, stride, dtype) per output of the functional overload (`self.functional`
@@ -892,7 +942,11 @@ def _to_meta(v):
 
 
 def _dense_stride(shape, stride):
-    """`stride` if it is a dense permutation of `shape`, else contiguous strides."""
+    """`stride` if it is a dense permutation of `shape` or the tensor is empty (any
+    strides address its no elements: CPU's channels_last allocation of an empty
+    tensor has zero strides), else contiguous strides."""
+    if 0 in shape:
+        return tuple(stride)
     order = sorted(range(len(shape)), key=lambda d: -stride[d])
     expected = 1
     ok = True
@@ -904,6 +958,34 @@ def _dense_stride(shape, stride):
     if ok:
         return tuple(stride)
     return tuple(torch.empty(shape, device="meta").stride())
+
+
+def _fresh_stride(shape, stride):
+    """The strides of a new output of the meta kernel's `stride`: those, dense or not,
+    unless elements overlap (then `_dense_stride`'s). CPU's kernels return some results
+    as views of a larger buffer: lstsq's solution (n of the m rows of its column-major
+    right-hand side), the scatter ops' `clone_preserve_strides` of a strided input."""
+    dense = _dense_stride(shape, stride)
+    if dense == tuple(stride):
+        return dense
+    dims = sorted((st, n) for n, st in zip(shape, stride) if n != 1)
+    span = 1  # elements addressed by the dims so far, of smaller strides
+    for st, n in dims:
+        if st < span:
+            return dense
+        span = st * (n - 1) + span
+    return tuple(stride)
+
+
+def _to_storage(value, shape, stride):
+    """The flat storage of a new output with strides `_fresh_stride(shape, stride)`: the
+    elements in memory order for a dense layout, else scattered into a storage that
+    spans them (the gaps hold zeros)."""
+    stride = _fresh_stride(shape, stride)
+    if _dense_stride(shape, stride) == stride:
+        return _to_layout(value, shape, stride)
+    length = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    return views.write(jnp.zeros((length,), value.dtype), length, value.dtype, shape, stride, 0, value)
 
 
 def _to_layout(value, shape, stride):

@@ -87,8 +87,8 @@ def _combine(higher, lower):
     return higher
 
 
-def result_type(*args):
-    """ATen's result type of tensors (JAX arrays) and numbers; None entries are skipped."""
+def _priorities(args):
+    """(dimensioned tensors', 0-dim tensors', numbers') promoted dtypes of `args`."""
     dim = zero = wrapped = None
     for x in args:
         if x is None:
@@ -99,12 +99,56 @@ def result_type(*args):
             zero = promote_types(zero, jnp.asarray(x).dtype)
         else:
             dim = promote_types(dim, jnp.asarray(x).dtype)
+    return dim, zero, wrapped
+
+
+def result_type(*args):
+    """ATen's result type of tensors (JAX arrays) and numbers; None entries are skipped.
+    Where ATen's is complex32 or bcomplex32, which JAX lacks, complex64 (see
+    `complex_half`)."""
+    dim, zero, wrapped = _priorities(args)
     return _combine(dim, _combine(zero, wrapped))
 
 
+_HALF_FLOATS = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def complex_half(*args):
+    """float16 or bfloat16 where ATen's result type of `args` is its complex counterpart
+    (complex32, bcomplex32), else None. ATen's combine_categories gives a floating
+    type of higher priority meeting a complex one the floating type's complex
+    counterpart: a half tensor with a complex number or 0-dim tensor (`x_half == 1j`)
+    computes in complex32; `result_type` answers complex64, and the operands' parts
+    are then to be rounded to the half type (`round_complex_half`)."""
+    dim, zero, wrapped = _priorities(args)
+    half = zero if zero in _HALF_FLOATS and wrapped is not None and _category(wrapped) == 3 else None
+    if dim is None:
+        return half
+    inner = _combine(zero, wrapped)
+    if _category(dim) == 2:
+        return dim if dim in _HALF_FLOATS and inner is not None and _category(inner) == 3 else None
+    return half if _category(dim) < 2 else None  # a bool or integer dim tensor yields to the complex
+
+
+def round_complex_half(x, half):
+    """`x` (a complex64/complex128 array) as ATen converts it to complex32/bcomplex32
+    (`half` being float16/bfloat16), in complex64: through complex<float> (c10's
+    static_cast_with_inter_type), then each part rounded to `half`."""
+    x = x.astype(jnp.complex64)
+    return lax.complex(jnp.real(x).astype(half).astype(jnp.float32), jnp.imag(x).astype(half).astype(jnp.float32))
+
+
 def cast(x, dtype):
-    """`x` (array or number) as an array of `dtype`."""
-    return jnp.asarray(x).astype(dtype) if not isinstance(x, (bool, int, float, complex)) else jnp.asarray(x, dtype)
+    """`x` (array or number) as an array of `dtype`. A Python int wraps into an integer
+    `dtype` as C++'s conversion does (-1 -> uint8 255: `threshold(uint8, -1, 0)`)."""
+    if not isinstance(x, (bool, int, float, complex)):
+        return jnp.asarray(x).astype(dtype)
+    if isinstance(x, int) and not isinstance(x, bool) and jnp.issubdtype(dtype, jnp.integer):
+        bits = jnp.dtype(dtype).itemsize * 8
+        x &= (1 << bits) - 1
+        if jnp.issubdtype(dtype, jnp.signedinteger) and x >> (bits - 1):
+            x -= 1 << bits
+    return jnp.asarray(x, dtype)
 
 
 def is_float(d) -> bool:

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import (_category, cast, check_scalar, convert, cpu_kernel_lacks_half, half_rounding, is_float, is_number,
-                      result_type, scalar_to, true_divide)
+from ._common import (_category, cast, check_scalar, complex_half, convert, cpu_kernel_lacks_half, half_rounding, is_float,
+                      is_number, result_type, round_complex_half, scalar_to, true_divide)
 from .registry import LOWERINGS, context, lowering, meta_check
 
 aten = torch.ops.aten
@@ -397,15 +397,32 @@ def logaddexp(self, other):
     c = _compute(out)
     a, b = cast(self, c), cast(other, c)
     ra, rb = jnp.real(a), jnp.real(b)
+    if jnp.iscomplexobj(a):
+        return _complex_logaddexp(a, b).astype(out)
     mask = ra >= rb
     hi, lo = jnp.where(mask, a, b), jnp.where(mask, b, a)
     same_inf = ~jnp.isfinite(ra) & (ra == rb)
     result = hi + jnp.log1p(jnp.exp(lo - hi))
-    if jnp.iscomplexobj(a):
-        at_inf = jnp.where(jnp.real(lo) < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi)))
-        result = jnp.where(jnp.isnan(lo), jnp.asarray(complex("nan+nanj"), c), jnp.where(same_inf, at_inf, result))
-        return result.astype(out)
     return jnp.where(same_inf, a, result).astype(out)
+
+
+def _complex_logaddexp(x, y):
+    """CPU's _log_add_exp_helper for complex x, y (ATen/native/cpu/LogAddExp.h): (min,
+    max) ordered by real part (y, y if y has a NaN part, else x, x if x has one); a NaN
+    min gives NaN + NaN i; min and max of the same infinite real part give min (-inf)
+    or log(exp(min) + exp(max)) (+inf); otherwise log1p(exp(min - max)) + max, with C99's
+    complex exp and log and c10's log1p (`c_exp`, `c_log`, `c_log1p`)."""
+    nan_x = jnp.isnan(jnp.real(x)) | jnp.isnan(jnp.imag(x))
+    nan_y = jnp.isnan(jnp.real(y)) | jnp.isnan(jnp.imag(y))
+    x_lower = jnp.real(x) < jnp.real(y)
+    lo = jnp.where(nan_y, y, jnp.where(nan_x | x_lower, x, y))
+    hi = jnp.where(nan_y, y, jnp.where(nan_x, x, jnp.where(x_lower, y, x)))
+    lo_re, hi_re = jnp.real(lo), jnp.real(hi)
+    finite = c_log1p(c_exp(lo - hi)) + hi
+    at_inf = jnp.where(lo_re < 0, lo, c_log(c_exp(lo) + c_exp(hi)))
+    result = jnp.where(~jnp.isfinite(lo_re) & (lo_re == hi_re), at_inf, finite)
+    nan = np.asarray(np.nan, lo_re.dtype)
+    return jnp.where(nan_x | nan_y, lax.complex(nan, nan), result)
 
 
 @lowering(aten.logaddexp2.default)
@@ -502,9 +519,13 @@ lowering(aten.fmin.default)(_extremum("fmin", jnp.minimum, False))
 def _compare(fn):
     def lower(self, other):
         # TensorIterator casts both operands to the common dtype first: x_half == 0.1
-        # compares with half(0.1).
+        # compares with half(0.1), x_half == 0.1 + 0j with complex32(0.1).
         c = result_type(self, other)
-        return fn(cast(self, c), cast(other, c))
+        a, b = cast(self, c), cast(other, c)
+        half = complex_half(self, other)
+        if half is not None:
+            a, b = round_complex_half(a, half), round_complex_half(b, half)
+        return fn(a, b)
 
     return lower
 
@@ -646,6 +667,72 @@ def softshrink_backward(grad_output, self, lambd):
     return jnp.where(inside, 0, grad_output).astype(out)
 
 
+# ------------------------------------------------------------------ complex math
+# CPU's complex kernels call the C library (c10's exp and log of a complex are std::exp
+# and std::log of std::complex: glibc's cexp and clog, with C99 Annex G's special values);
+# XLA's complex exp and log give NaN + NaN i for several infinite operands (exp(inf + inf
+# i), log(inf + NaN i)) and drop the sign of a zero imaginary part. These follow glibc,
+# computing on the parts in the operand's precision.
+def _parts(z):
+    return jnp.real(z), jnp.imag(z)
+
+
+def c_exp(z):
+    """glibc's cexp: e^x (cos y + i sin y), with sin and cos scaled by e^t (t = 709 for
+    double, 88 for float) while x exceeds t, so that x past exp's overflow still gives
+    finite parts where cos or sin is small, and a zero y keeps its sign; for infinite x,
+    inf or 0 with the signs of cos y and sin y (y itself where it is zero); an infinite
+    or NaN y gives NaN + NaN i for finite x, inf + NaN i for x = inf, 0 + (+-0) i for
+    x = -inf; a NaN x gives NaN + y i for y = 0, NaN + NaN i otherwise."""
+    x, y = _parts(z)
+    f = x.dtype
+    fi = jnp.finfo(f)
+    t = float(int((fi.maxexp - 1) * math.log(2)))
+    tiny = jnp.abs(y) <= float(fi.tiny)
+    sin = jnp.where(tiny, y, jnp.sin(y))
+    cos = jnp.where(tiny, jnp.ones_like(y), jnp.cos(y))
+    exp_t = np.asarray(math.exp(t), f)
+    xs = x
+    for _ in range(2):
+        big = xs > t
+        xs = jnp.where(big, xs - t, xs)
+        sin = jnp.where(big, sin * exp_t, sin)
+        cos = jnp.where(big, cos * exp_t, cos)
+    e = jnp.where(xs > t, np.asarray(fi.max, f), jnp.exp(jnp.minimum(xs, t)))
+    re, im = e * cos, e * sin
+    finite_y = jnp.isfinite(y)
+    inf, nan, zero = np.asarray(np.inf, f), np.asarray(np.nan, f), np.asarray(0, f)
+    # x = +-inf: inf or 0, signed by cos and sin; y = 0 kept.
+    value = jnp.where(x > 0, inf, zero)
+    inf_re = jnp.where(y == 0, value, jnp.copysign(value, cos))
+    inf_im = jnp.where(y == 0, y, jnp.copysign(value, sin))
+    inf_re = jnp.where(finite_y, inf_re, value)
+    inf_im = jnp.where(finite_y, inf_im, jnp.where(x > 0, nan, jnp.copysign(zero, y)))
+    re = jnp.where(jnp.isinf(x), inf_re, jnp.where(finite_y, re, nan))
+    im = jnp.where(jnp.isinf(x), inf_im, jnp.where(finite_y, im, nan))
+    re = jnp.where(jnp.isnan(x), nan, re)
+    im = jnp.where(jnp.isnan(x), jnp.where(y == 0, y, nan), im)
+    return lax.complex(re, im)
+
+
+def c_log(z):
+    """glibc's clog: XLA's log, but a NaN part gives NaN + NaN i unless the other part
+    is infinite (inf + NaN i), where XLA gives NaN + NaN i."""
+    x, y = _parts(z)
+    r = jnp.log(z)
+    nan_inf = (jnp.isnan(x) | jnp.isnan(y)) & (jnp.isinf(x) | jnp.isinf(y))
+    return jnp.where(nan_inf, lax.complex(np.asarray(np.inf, x.dtype), np.asarray(np.nan, x.dtype)), r)
+
+
+def c_log1p(z):
+    """c10's complex log1p: z itself where 1 + z is exactly 1 (a zero or tiny real part,
+    a zero imaginary part: log1p(-0 + 0i) keeps its -0), XLA's log1p elsewhere. (c10's
+    log(u) (z / (u - 1)), u = 1 + z, has XLA's special values otherwise; XLA's is the
+    more accurate here, as c10's leans on glibc's clog being accurate near 1.)"""
+    x, y = _parts(z)
+    return jnp.where((x + 1 == 1) & (y == 0), z, jnp.log1p(z))
+
+
 # ------------------------------------------------------------------ unary
 def _unary_float(fn):
     """Ops whose integer inputs give floating outputs (exp, log, sin, ...)."""
@@ -658,8 +745,10 @@ def _unary_float(fn):
 
 
 _FLOAT_UNARY = {
-    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: jnp.log, aten.log2: jnp.log2,
-    aten.log10: jnp.log10, aten.log1p: jnp.log1p, aten.sqrt: jnp.sqrt, aten.rsqrt: lax.rsqrt,
+    aten.exp: lambda x: c_exp(x) if jnp.iscomplexobj(x) else jnp.exp(x), aten.exp2: jnp.exp2,
+    aten.expm1: jnp.expm1, aten.log: lambda x: c_log(x) if jnp.iscomplexobj(x) else jnp.log(x), aten.log2: jnp.log2,
+    aten.log10: jnp.log10, aten.log1p: lambda x: c_log1p(x) if jnp.iscomplexobj(x) else jnp.log1p(x),
+    aten.sqrt: jnp.sqrt, aten.rsqrt: lax.rsqrt,
     aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan, aten.asin: jnp.arcsin, aten.acos: jnp.arccos,
     aten.atan: jnp.arctan, aten.sinh: jnp.sinh, aten.cosh: jnp.cosh, aten.tanh: jnp.tanh,
     aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh, aten.atanh: jnp.arctanh,
@@ -965,26 +1054,47 @@ def tanh_backward(grad_output, output):
     return (g * jnp.conj(1 - y * y)).astype(output.dtype)
 
 
-def _at_most(self, threshold):
-    """self <= threshold as CPU's threshold kernel compares: in the compute type (float32
-    for the half types, so a half 0.1 exceeds a threshold of 0.1), the threshold read
-    as that type (truncated for integers)."""
-    c = _compute(self.dtype)
-    return self.astype(c) <= cast(threshold, c)
+def _at_most(self, threshold, dtype):
+    """self <= threshold as CPU's threshold kernel (threshold_stub, which threshold and
+    threshold_backward share) compares in its iterator's `dtype`: in the compute type
+    (float32 for the half types, so a half 0.1 exceeds a threshold of 0.1), the
+    threshold read as that type (truncated for integers). The kernel reads the Scalar
+    with `Scalar::to`: to float for the half types (a float16 tensor takes a threshold
+    of 70000, a float32 or bfloat16 one refuses 1e39), to `dtype` otherwise (an int8
+    tensor refuses 300). `threshold` is static (a Python number), so the check raises
+    at the call, as on CPU, in every call."""
+    c = _compute(dtype)
+    check_scalar(threshold, c)
+    return self.astype(dtype).astype(c) <= cast(threshold, c)
 
 
-@lowering(aten.threshold_backward.default)
+@meta_check(aten.threshold_backward.default, aten.threshold_backward.grad_input)
+def _threshold_backward_meta_check(grad_output, self, threshold, **_):
+    """CPU's iterator promotes self and grad_output to their common dtype, the
+    result's (bfloat16 self, float16 grad: float32); PyTorch's decomposition keeps
+    grad_output's."""
+    dtype = torch.result_type(grad_output, self)
+    if dtype != grad_output.dtype:
+        return {"grad_output": grad_output.to(dtype)}
+
+
+@lowering(aten.threshold_backward.default, static=("threshold",))
 def threshold_backward(grad_output, self, threshold):
-    return jnp.where(_at_most(self, threshold), jnp.zeros((), grad_output.dtype), grad_output)
+    """`aten::threshold_backward`: CPU's threshold kernel with value 0 over self and
+    grad_output, in their common dtype (the result's)."""
+    out = _out()
+    return jnp.where(_at_most(self, threshold, out), jnp.zeros((), out), grad_output.astype(out))
 
 
-@lowering(aten.threshold.default)
+@lowering(aten.threshold.default, static=("threshold",))
 def threshold(self, threshold, value):
-    """`aten::threshold`: `value` where self <= `threshold`; both Scalars must fit
-    self's dtype, as on CPU."""
-    check_scalar(threshold, self.dtype)
+    """`aten::threshold`: `value` where self <= `threshold`; `value` must fit self's
+    dtype, `threshold` the dtype CPU's kernel compares in (`_at_most`). `value` stays a
+    dynamic argument: the executable cache would not tell -0.0 from 0.0 (it checks as
+    `check_scalar` checks traced Scalars)."""
+    cmp = _at_most(self, threshold, self.dtype)
     check_scalar(value, self.dtype)
-    return jnp.where(_at_most(self, threshold), cast(value, self.dtype), self)
+    return jnp.where(cmp, cast(value, self.dtype), self)
 
 
 @lowering(aten.leaky_relu.default)

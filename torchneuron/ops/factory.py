@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import check_scalar, convert, not_implemented_for
+from ._common import check_scalar, convert, not_implemented_for, scalar_to
 from .registry import context, lowering
 
 aten = torch.ops.aten
@@ -95,8 +95,13 @@ def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory
 
 @lowering(aten.scalar_tensor.default)
 def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
-    """`aten::scalar_tensor`: a 0-dim tensor holding `s`."""
-    return jnp.asarray(s).astype(context().out_dtype())
+    """`aten::scalar_tensor`: a 0-dim tensor holding `s`, which must fit the dtype, as
+    CPU checks (`torch.where(x_uint8 > 1, x, 300)` raises), except that float16 and
+    bfloat16 are filled through a checked double (70000 gives inf; an imaginary part
+    raises, naming double)."""
+    dtype = context().out_dtype()
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+    return jnp.asarray(scalar_to(s, jnp.float64 if half else dtype)).astype(dtype)
 
 
 def _round_each(dtype):

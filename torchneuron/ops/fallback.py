@@ -130,12 +130,24 @@ def _via_functional(op, args, kwargs):
     targets = [kwargs[a.name] for a in outs]
     if metas is None:
         probed = out_dtypes.check(op, values, results)
-    for t, r in zip(targets, results):
+    layouts = registry.OUT_LAYOUTS.get(op)
+    formats = layouts(*args, **kwargs) if layouts is not None else None
+    if not isinstance(formats, (list, tuple)):
+        formats = [formats] * len(targets)
+    for t, r, fmt in zip(targets, results, formats):
         # PyTorch's out= contract, as its reference out wrappers apply it: a resize of a
         # non-empty out tensor warns, and where the probe could not tell, a result that
         # cannot be cast safely into it (mvlgamma(int, out=int) is float) raises instead
         # of being truncated.
+        resized = t.shape != r.shape
         _maybe_resize_out(t, r.shape)
+        # CPU's kernel lays a resized out tensor out as its functional result (nonzero's
+        # column-major coordinates; see executor.OpKernel._out_layouts), and some restride
+        # any out tensor (`registry.out_layout`).
+        if fmt is not None:
+            t.resize_(r.shape, memory_format=fmt)
+        elif resized and t.stride() != r.stride() and is_non_overlapping_and_dense_or_false(r):
+            t.as_strided_(r.shape, r.stride())
         if probed == out_dtypes.ACCEPT:
             t.copy_(r)
         else:
@@ -199,7 +211,10 @@ def _in_meta_layout(op, args, kwargs, out):
         if (ret.alias_info is None and isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor)
                 and o.shape == m.shape and o.stride() != m.stride() and is_non_overlapping_and_dense_or_false(m)):
             outs[i] = torch.empty_strided(m.shape, m.stride(), dtype=o.dtype, device=o.device).copy_(o)
-    return type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
+    if not isinstance(out, (tuple, list)):
+        return outs[0]
+    # A named tuple (torch.return_types' or a decomposition's) takes its fields one by one.
+    return type(out)(*outs) if hasattr(out, "_fields") else type(out)(outs)
 
 
 _written: dict = {}  # op -> schema positions of the arguments it writes

@@ -1163,15 +1163,23 @@ def _lstsq_shapes(self, b, driver):
 
 
 def _lstsq_meta(self, b, rcond=None, *, driver=None):
-    """The outputs' shapes and dtypes; a matrix solution is column-major, as LAPACK
-    writes CPU's. (CPU's is the top n rows of an (max(m, n), k) column-major buffer:
-    for m > n its columns are m apart, where these are n apart.)"""
+    """The outputs' shapes, dtypes and CPU's strides. CPU's solution is the top n rows
+    of the (max(m, n), k) column-major buffers LAPACK solves in place
+    (BatchLinearAlgebra.cpp `linalg_lstsq_out_info`: `solution.narrow(-2, 0, n)`): its
+    columns are max(m, n) apart, so for m > n it is a view of a larger storage (the
+    executor makes such outputs, `executor._fresh_stride`); a vector solution is the
+    top n of each max(m, n) column."""
     shapes = _lstsq_shapes(self, b, driver)
     real = self.real.dtype if self.dtype.is_complex else self.dtype
     out_dtypes = (self.dtype, real, torch.int64, real)
     outs = [torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes[:4], out_dtypes)]
-    if not shapes[4]:
-        outs[0] = outs[0].mT.contiguous().mT
+    solution = shapes[0]
+    rows = max(self.shape[-2], self.shape[-1])
+    if shapes[4]:  # vector case: (*batch, n) of (*batch, rows)
+        full = torch.empty(solution[:-1] + (rows,), device="meta")[..., :solution[-1]]
+    else:  # (*batch, n, k) of column-major (*batch, rows, k)
+        full = torch.empty(solution[:-2] + (solution[-1], rows), device="meta").mT[..., :solution[-2], :]
+    outs[0] = torch.empty_strided(solution, full.stride(), dtype=self.dtype, device="meta")
     return tuple(outs)
 
 

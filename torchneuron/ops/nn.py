@@ -684,7 +684,7 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
 
 
 # ------------------------------------------------------------------ output layouts
-@meta_layout(aten.native_group_norm.default, aten.max_unpool2d.default, aten.pixel_unshuffle.default,
+@meta_layout(aten.native_group_norm.default, aten.max_unpool2d.default,
              aten.channel_shuffle.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
              aten.replication_pad2d.default, aten.replication_pad3d.default)
 def _input_layout(input, *args, **kwargs):
@@ -692,6 +692,13 @@ def _input_layout(input, *args, **kwargs):
     memory format, keeping channels_last; PyTorch's meta kernels or the references
     they run make it contiguous."""
     return [torch._prims_common.suggest_memory_format(input)]
+
+
+@meta_layout(aten.pixel_unshuffle.default)
+def _pixel_unshuffle_layout(input, *args, **kwargs):
+    """As `_input_layout`, except that CPU clones an empty input: the meta kernel's
+    clone has its strides."""
+    return [None] if input.numel() == 0 else _input_layout(input)
 
 
 # ------------------------------------------------------------------ convolution
@@ -782,7 +789,8 @@ def _cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, tran
     tensors: the one CPU's backend (mkldnn, the slow 2-d/3-d or depthwise kernels, by
     dtype, shape and layout) lays them out in, asked of ATen itself
     (`_select_conv_backend`, `_conv_determine_backend_memory_format`) on fake CPU
-    tensors of the same geometry. None for 1-d convolutions, which are contiguous."""
+    tensors of the same geometry. None for other than 2-d and 3-d convolutions
+    (`_cpu_conv_layout` runs a 1-d one as 2-d)."""
     if input.dim() not in (4, 5) or weight.dim() != input.dim():
         return None
     from torch._subclasses.fake_tensor import FakeTensor
@@ -796,17 +804,36 @@ def _cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, tran
     return torch._C._conv_determine_backend_memory_format(x, w, backend)
 
 
+def _cpu_conv_layout(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The layout (`registry.meta_layout`) of CPU's convolution output and gradients:
+    `_cpu_conv_memory_format`'s. A 1-d convolution runs as a 2-d one of height 1
+    (Convolution.cpp `_convolution`: `params.view1d_as_2d()`, `view4d` of input and
+    weight, `view3d` of the results), so its results are the squeezed 2-d results: a
+    transposed (N, L, C)-major input gives channels_last 2-d results, whose squeeze
+    keeps the channel stride 1."""
+    if input.dim() != 3 or weight.dim() != 3:
+        return _cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                       groups)
+    fmt = _cpu_conv_memory_format(input.unsqueeze(2), weight.unsqueeze(2), bias, [1, *stride], [0, *padding],
+                                  [1, *dilation], transposed, [0, *output_padding], groups)
+    if fmt in (None, torch.contiguous_format):
+        return fmt
+
+    def squeezed(out):
+        n, c, length = out.shape
+        return torch.empty((n, c, 1, length), device="meta", memory_format=fmt).squeeze(2).stride()
+    return squeezed
+
+
 @meta_layout(aten.convolution.default)
 def _convolution_layout(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    return [_cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                                    groups)]
+    return [_cpu_conv_layout(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)]
 
 
 @meta_layout(aten.convolution_backward.default)
 def _convolution_backward_layout(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                                  output_padding, groups, output_mask):
-    fmt = _cpu_conv_memory_format(input, weight, None, stride, padding, dilation, transposed, output_padding,
-                                  groups)
+    fmt = _cpu_conv_layout(input, weight, None, stride, padding, dilation, transposed, output_padding, groups)
     return [fmt, fmt, None]
 
 
@@ -1356,9 +1383,58 @@ def _check_bag_inputs(weight, indices, offsets, num_bags):
                   value=idx[jnp.argmax(bad)])
 
 
+_BAG_FAST_TYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _bag_fast_path(weight, per_sample_weights, padding_idx) -> bool:
+    """CPU's is_fast_path (EmbeddingBag.cpp), on meta tensors: sum and mean bags of a
+    float32/float16/bfloat16 `weight` with unit column stride, no padding_idx, and
+    per_sample_weights (if any) of unit stride, are reduced between consecutive offsets
+    (fbgemm), not by offset2bag."""
+    return (weight.dtype in _BAG_FAST_TYPES and weight.stride(1) == 1 and padding_idx < 0
+            and (per_sample_weights is None or per_sample_weights.stride(0) == 1))
+
+
+def _embedding_bag_meta(inner, forward_only: bool):
+    """The meta kernel of _embedding_bag (`forward_only` False) or
+    _embedding_bag_forward_only: PyTorch's (`inner`), with the auxiliary outputs sized
+    as _embedding_bag_cpu_impl sizes them: offset2bag empty only for the fast path's sum
+    (bfloat16 weights too), bag_size one per bag except for the forward-only sum (one
+    per offset: make_bag_size_out without requires_grad), max_indices (bags, D) in max
+    mode and bag_size's shape otherwise (its copy)."""
+    def meta(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+             include_last_offset=False, padding_idx=-1):
+        output, offset2bag, bag_size, max_indices = inner(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                                                          per_sample_weights, include_last_offset, padding_idx)
+        num_bags = output.shape[0]
+        fast_sum = mode == _BAG_SUM and _bag_fast_path(weight, per_sample_weights, padding_idx)
+        offset2bag = offset2bag.new_empty(0 if fast_sum else indices.shape[0])
+        bag_size = bag_size.new_empty(offsets.shape[0] if forward_only and mode == _BAG_SUM else num_bags)
+        max_indices = max_indices.new_empty((num_bags, weight.shape[1]) if mode == _BAG_MAX else bag_size.shape)
+        return output, offset2bag, bag_size, max_indices
+    return meta
+
+
+for _op, _forward_only in ((aten._embedding_bag.default, False), (aten._embedding_bag_forward_only.default, True)):
+    meta_kernel(_op)(_embedding_bag_meta(_python_meta(_op), _forward_only))
+
+
+def _weight_unit_column_stride() -> bool:
+    """Whether the op's first tensor argument (a 2-d weight) has unit column stride, as
+    CPU's embedding_bag fast path asks: its stride where the trace knows it (compiled
+    graphs), else whether it is contiguous (eager: exact but for a strided weight of
+    unit column stride, a row slice with a step, whose mean bags then keep indices past
+    the last offset where CPU's leave them out)."""
+    ctx = context()
+    if ctx.layouts:
+        return ctx.layouts[0][0][1] == 1
+    return ctx.contiguous[0] if ctx.contiguous else True
+
+
 def _fit(x, shape, dtype):
-    """`x` (1-d) zero-padded or cut to the meta kernel's `shape`: the meta kernel sizes
-    bag_size by offsets (CUDA's layout), CPU by bags; the extra entry is unused."""
+    """`x` (1-d) zero-padded or cut to the meta kernel's `shape`: the forward-only sum's
+    bag_size has an entry per offset, one more than the bags with include_last_offset;
+    the extra entry is unused."""
     x = x.astype(dtype)
     if not shape:
         return x
@@ -1378,8 +1454,13 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     non-padding count, at least 1), or max per column (the first maximum wins, a NaN
     first element stays, later NaNs lose, as CPU's `>` scan). Empty bags give zeros.
     bag_size counts each bag's non-padding indices (mean and max; zeros for sum, as on
-    CPU); max_indices holds the row of each maximum (max only). Shapes follow the meta
-    kernel. Bad offsets or indices raise RuntimeError at the next synchronization."""
+    CPU); max_indices holds the row of each maximum in max mode, else a copy of
+    bag_size (CPU's `max_indices->copy_(bag_size)`). Shapes follow the meta kernel
+    (`_embedding_bag_meta`). With include_last_offset, indices past the last offset
+    stay in the last bag (offset2bag) except in sum and mean on CPU's fast path
+    (`_bag_fast_path`), which reduces between offsets and leaves them out; the mean
+    still divides by the last bag's size counted to the input's end, as CPU's does.
+    Bad offsets or indices raise RuntimeError at the next synchronization."""
     ctx = context()
     n, dim = indices.shape[0], weight.shape[1]
     num_bags = ctx.out(0).shape[0]
@@ -1387,6 +1468,14 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     bag = _offset2bag(offsets, n, num_bags)
     idx = jnp.clip(indices.astype(jnp.int64), 0, max(weight.shape[0] - 1, 0))
     keep = indices.astype(jnp.int64) != padding_idx
+    if mode == _BAG_SUM and n:
+        fast = ctx.out(1).shape[0] == 0  # the meta kernel, which saw the strides, judged it
+    else:
+        fast = (mode == _BAG_MEAN and padding_idx < 0 and _weight_unit_column_stride()
+                and jnp.dtype(weight.dtype) in (jnp.float32, jnp.float16, jnp.bfloat16))
+    summed = keep
+    if fast and include_last_offset and num_bags and n:
+        summed = keep & (jnp.arange(n) < offsets[num_bags].astype(jnp.int64))
     # Padding indices leave their bag's size (CPU decrements bag_size for each).
     sizes = _bag_sizes(offsets, n, num_bags) - jnp.zeros((num_bags,), jnp.int64).at[bag].add(
         (~keep).astype(jnp.int64), mode="drop")
@@ -1411,12 +1500,13 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     else:
         if per_sample_weights is not None:
             rows = rows * _acc(per_sample_weights)[:, None]
-        out = jax.ops.segment_sum(jnp.where(keep[:, None], rows, 0), bag, num_bags)
+        out = jax.ops.segment_sum(jnp.where(summed[:, None], rows, 0), bag, num_bags)
         if mode == _BAG_MEAN:
             out = out / jnp.maximum(sizes, 1)[:, None].astype(out.dtype)
-        arg = jnp.zeros(ctx.out(3).shape, ctx.out_dtype(3))
     if mode == _BAG_SUM:
         sizes = jnp.zeros_like(sizes)
+    if mode != _BAG_MAX:
+        arg = _fit(sizes, ctx.out(3).shape, ctx.out_dtype(3))
     out = out.reshape(num_bags, dim).astype(weight.dtype)
     return (out, _fit(bag, ctx.out(1).shape, ctx.out_dtype(1)), _fit(sizes, ctx.out(2).shape, ctx.out_dtype(2)),
             arg.astype(ctx.out_dtype(3)))

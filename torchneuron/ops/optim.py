@@ -170,11 +170,19 @@ def _opmath(x):
     return x.astype(acc_type(x.dtype))
 
 
+def _pointee(t):
+    """`*t.data_ptr<float>()`, how ATen's fused CPU kernels read grad_scale and
+    found_inf: the first element, whatever the tensor's size (a 2-element found_inf
+    skips the step when its first element is 1). An empty tensor (CPU reads memory it
+    does not own) raises IndexError."""
+    return t.reshape(-1)[0]
+
+
 def _skip_if_inf(found_inf, new, old):
     """ATen's fused kernels do nothing when found_inf == 1 (an AMP overflow step)."""
     if found_inf is None:
         return new
-    skip = found_inf.reshape(()) == 1
+    skip = _pointee(found_inf) == 1
     return [jnp.where(skip, o, n) for n, o in zip(new, old)]
 
 
@@ -183,7 +191,7 @@ def _unscale(grads, grad_scale):
     g = [_opmath(x) for x in grads]
     if grad_scale is None:
         return g
-    return [true_divide(x, grad_scale.reshape(()).astype(x.dtype)) for x in g]
+    return [true_divide(x, _pointee(grad_scale).astype(x.dtype)) for x in g]
 
 
 def _require(ok, what):

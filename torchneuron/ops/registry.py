@@ -294,14 +294,37 @@ def meta_layout(*ops):
     for CPU: it hangs on the backend CPU's kernel picks (convolution's mkldnn or slow
     path), or the Python reference it runs lays the output out otherwise than CPU's
     kernel allocates it. `layout` returns a list with, per output, None (as PyTorch's
-    meta kernel lays it out), a `torch.memory_format`, or `ELEMENTWISE`; or one such
-    value for every output. The shared rules (`contiguous_layout`, `suggested_layout`,
+    meta kernel lays it out), a `torch.memory_format`, `ELEMENTWISE`, a tuple of
+    strides, or a function of the meta output giving its strides; or one such value for
+    every output. The shared rules (`contiguous_layout`, `suggested_layout`,
     `elementwise_layout`) name the ATen allocations they stand for. The eager executor
     and the decomposition path lay new outputs out so (`laid_out`), and so do fake
     tensors on `neuron` in compiled graphs (`eager.meta_device`). Returns `layout`."""
     def register(layout):
         for op in ops:
             LAYOUTS[op] = layout
+        return layout
+
+    return register
+
+
+#: out= OpOverload -> layout(*args, **kwargs): the memory format CPU's out= kernel
+#: restrides each out tensor to whatever its strides (`out_layout`).
+OUT_LAYOUTS: Dict[torch._ops.OpOverload, Callable] = {}
+
+
+def out_layout(*ops):
+    """Registers `layout(*args, **kwargs)` (the out= overload's arguments), which gives
+    the memory format (per out tensor, or one for all; None: kept) that CPU's out=
+    kernel of `ops` restrides its out tensors to even when they have the right shape:
+    kernels that call `out.resize_(sizes, memory_format)` or `resize_as_(input,
+    memory_format)` themselves. Other kernels keep the strides of an out tensor of the
+    right shape (a structured kernel's `resize_out` restrides only what it resizes; the
+    executor lays a resized out tensor out as the functional result). Returns
+    `layout`."""
+    def register(layout):
+        for op in ops:
+            OUT_LAYOUTS[op] = layout
         return layout
 
     return register
@@ -390,6 +413,10 @@ def laid_out(op, outs: list, args, kwargs) -> list:
                 tensors = _tensors(list(args) + list(kwargs.values()))
             stride = elementwise_strides(o.shape, tensors)
             if tuple(stride) != tuple(o.stride()):
+                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
+        elif isinstance(fmt, tuple) or callable(fmt):  # strides, or a function of the meta output giving them
+            stride = tuple(fmt(o)) if callable(fmt) else fmt
+            if stride != tuple(o.stride()):
                 outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
         else:
             outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device, memory_format=fmt)

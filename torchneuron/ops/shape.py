@@ -23,7 +23,7 @@ from torch._prims_common import canonicalize_dim
 from ._common import check_scalar
 from . import views
 from .indexing import bucket, host_kernel, lowered
-from .registry import context, lowering, meta_check
+from .registry import _python_meta, context, lowering, meta_check, meta_kernel
 
 aten = torch.ops.aten
 
@@ -365,14 +365,23 @@ def _pixel_shuffle_meta_check(self, upscale_factor):
                            f"{upscale_factor * upscale_factor}")
 
 
-@meta_check(aten.pixel_unshuffle.default)
-def _pixel_unshuffle_meta_check(self, downscale_factor):
-    """CPU's check_pixel_unshuffle_shapes, in its order and words."""
-    _pixel_shuffle_checks("pixel_unshuffle", "downscale_factor", self, downscale_factor)
-    for label, dim in (("height", -2), ("width", -1)):
-        if self.shape[dim] % downscale_factor:
-            raise RuntimeError(f"pixel_unshuffle expects {label} to be divisible by downscale_factor, but "
-                               f"input.size({dim})={self.shape[dim]} is not divisible by {downscale_factor}")
+def _pixel_unshuffle_meta(inner):
+    """The meta kernel of pixel_unshuffle: CPU's check_pixel_unshuffle_shapes, in its
+    order and words, then, as pixel_unshuffle_cpu does, a clone of an empty input (its
+    shape, not the unshuffled one); PyTorch's meta kernel (`inner`) otherwise."""
+    def meta(self, downscale_factor):
+        _pixel_shuffle_checks("pixel_unshuffle", "downscale_factor", self, downscale_factor)
+        for label, dim in (("height", -2), ("width", -1)):
+            if self.shape[dim] % downscale_factor:
+                raise RuntimeError(f"pixel_unshuffle expects {label} to be divisible by downscale_factor, but "
+                                   f"input.size({dim})={self.shape[dim]} is not divisible by {downscale_factor}")
+        if self.numel() == 0:
+            return self.clone()
+        return inner(self, downscale_factor)
+    return meta
+
+
+meta_kernel(aten.pixel_unshuffle.default)(_pixel_unshuffle_meta(_python_meta(aten.pixel_unshuffle.default)))
 
 
 @lowering(aten.pixel_shuffle.default)
@@ -391,6 +400,8 @@ def pixel_shuffle(self, upscale_factor):
 def pixel_unshuffle(self, downscale_factor):
     """aten::pixel_unshuffle, the inverse of pixel_shuffle: (*, C, H * r, W * r) ->
     (*, C * r * r, H, W)."""
+    if self.size == 0:
+        return self  # CPU clones an empty input (see `_pixel_unshuffle_meta`)
     r = downscale_factor
     *batch, c, h, w = self.shape
     x = self.reshape(*batch, c, h // r, r, w // r, r)

@@ -1,0 +1,184 @@
+"""The layouts CPU's kernels give their results, where PyTorch's meta kernels (often
+Python references) lay them out otherwise.
+
+CPU is the oracle for strides too: a result's layout is observable (`x.view(...)`
+raises on a transposed or channels_last result, `.stride()` and `is_contiguous()` tell
+it), and ATen's kernels choose it in a handful of ways, each a shared rule of
+`ops.registry`. Each registration below names the allocation of the CPU kernel
+(aten/src/ATen/native/*.cpp) it follows:
+
+- TensorIterator loops, and `empty_like(self)` of a dense input, take the inputs' layout
+  (`elementwise_layout`). Pointwise-tagged ops get that rule without an entry
+  (`registry.laid_out`); listed here are TensorIterator kernels without the tag, and
+  the tagged ops whose kernels allocate otherwise.
+- `empty_like(self, MemoryFormat::Contiguous)`, `LEGACY_CONTIGUOUS_MEMORY_FORMAT`,
+  `at::empty(sizes)` resized without a memory format: contiguous whatever the input
+  (`contiguous_layout`).
+- `empty_like(input, input.suggest_memory_format())`, `resize_(sizes,
+  input.suggest_memory_format())`: channels_last kept, any other layout (a transposed
+  one) made contiguous (`suggested_layout`).
+
+The rules apply where the executor runs a meta kernel (a cache miss), to the results of
+decompositions, and to fake tensors on `neuron` in compiled graphs. Out= kernels that
+restride their out tensors whatever their strides are registered with `out_layout`.
+"""
+from __future__ import annotations
+
+import torch
+
+from .registry import contiguous_layout, elementwise_layout, meta_layout, out_layout, suggested_layout
+
+aten = torch.ops.aten
+
+
+# ------------------------------------------------------------------ TensorIterator's layout
+@meta_layout(aten.clone.default)
+def _clone_layout(self, memory_format=None):
+    """clone is tagged pointwise, but its kernel allocates `empty_like(self,
+    memory_format)` (Preserve: a non-dense input's suggested format), as its meta kernel
+    does, not TensorIterator's layout."""
+    return None
+
+
+# BinaryOps.cpp `floor_divide_out` (`div_floor`), TensorFactories.cpp `complex_out` and
+# `polar_out` (`TensorIteratorConfig().add_output(result).add_const_input(real)...`),
+# Dropout.cpp `native_dropout_backward` (`grad * mask * scale`), Loss.cpp
+# `soft_margin_loss_backward` (`at::mul_out` into an empty tensor, which the
+# TensorIterator lays out as its inputs): no pointwise tag.
+meta_layout(aten.floor_divide.default, aten.floor_divide.Scalar, aten.complex.default, aten.polar.default,
+            aten.native_dropout_backward.default, aten.soft_margin_loss_backward.default)(elementwise_layout)
+
+
+# ------------------------------------------------------------------ contiguous
+# TensorAdvancedIndexing.cpp `masked_fill` (tagged pointwise) and `masked_scatter` fill
+# `_self->clone(at::MemoryFormat::Contiguous)` in place.
+meta_layout(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default)(contiguous_layout)
+
+# ReduceOps.cpp `_logcumsumexp_cpu`: `at::empty_like(self, MemoryFormat::Contiguous)`.
+meta_layout(aten._logcumsumexp.default)(contiguous_layout)
+
+# Activation.cpp `rrelu_with_noise_cpu`: `at::empty_like(self,
+# LEGACY_CONTIGUOUS_MEMORY_FORMAT)`, in eval mode too (leaky_relu_out into it).
+meta_layout(aten.rrelu_with_noise.default, aten.rrelu_with_noise_functional.default)(contiguous_layout)
+
+# Distributions.cpp `normal_impl`: `at::empty_like(mean, MemoryFormat::Contiguous)`,
+# `at::empty_like(std, MemoryFormat::Contiguous)`, `at::empty(shape, options,
+# MemoryFormat::Contiguous)`.
+meta_layout(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor)(contiguous_layout)
+
+# Gradients: SoftMax.cpp's structured meta functions of `_softmax_backward_data` and
+# `_log_softmax_backward_data` (`grad.options().memory_format(
+# LEGACY_CONTIGUOUS_MEMORY_FORMAT)`); LossMultiMargin.cpp
+# `multi_margin_loss_cpu_backward` and FractionalMaxPool3d.cpp
+# `fractional_max_pool3d_backward_cpu` (`at::empty({0})` resized by `resize_as_(input)`
+# without a memory format); LossMultiLabelMargin.cpp
+# `multilabel_margin_loss_backward_cpu` and Loss.cpp `mse_loss_backward`,
+# `smooth_l1_loss_backward` (`at::zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`),
+# `huber_loss_backward` (`at::zeros_like(input, MemoryFormat::Contiguous)`), each then
+# written by a TensorIterator; LossCTC.cpp `ctc_loss_backward_cpu_template`
+# (`at::full_like(log_probs, neginf, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`).
+meta_layout(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
+            aten.multi_margin_loss_backward.default, aten.multilabel_margin_loss_backward.default,
+            aten.fractional_max_pool3d_backward.default, aten.mse_loss_backward.default,
+            aten.smooth_l1_loss_backward.default, aten.huber_loss_backward.default,
+            aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)(contiguous_layout)
+
+
+# ------------------------------------------------------------------ the input's suggested format
+@meta_layout(aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+             aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default,
+             aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default,
+             aten._batch_norm_no_update.default)
+def _batch_norm_layout(input, *args, **kwargs):
+    """Normalization.cpp `batch_norm_cpu` / `_batch_norm_legit_cpu`: the output is
+    `at::empty_like(self, self.suggest_memory_format())` (a transposed input gives a
+    contiguous output, a channels_last one a channels_last output); the statistics are
+    1-d."""
+    return [suggested_layout(input)]
+
+
+@meta_layout(aten.roll.default)
+def _roll_layout(self, shifts, dims=()):
+    """TensorTransformations.cpp `roll_cpu`: along one dim, `at::cat` of two narrowed
+    pieces, whose memory format is the pieces' suggested one (cat's
+    `compute_output_memory_format`); along several, roll after roll (`roll_common`); of
+    the flattened tensor (`dims` empty), a view of the rolled flat copy (contiguous);
+    an empty input, `clone(MemoryFormat::Preserve)` (the meta kernel's)."""
+    if self.numel() == 0:
+        return None
+    return contiguous_layout() if not dims else suggested_layout(self)
+
+
+def _grad_input_layout(grad_output, input, padding, **kwargs):
+    """ReflectionPad.cpp `reflection_pad2d_backward_cpu` (`at::zeros_like(input,
+    input.suggest_memory_format())`, its out= overload `grad_input.resize_as_(input,
+    input.suggest_memory_format())`) and ReplicationPadding.cpp's 2-d and 3-d
+    backward templates (`gradInput.resize_(input.sizes(),
+    input.suggest_memory_format())`): the gradient keeps a channels_last input's layout."""
+    return suggested_layout(input)
+
+
+def _reflection_pad3d_grad_input_layout(grad_output, input, padding, **kwargs):
+    """ReflectionPad.cpp `reflection_pad3d_backward_out_cpu`: as `_grad_input_layout`,
+    except that an empty grad_output returns before the resize (the meta function's
+    contiguous allocation stays)."""
+    return None if grad_output.numel() == 0 else suggested_layout(input)
+
+
+meta_layout(aten.reflection_pad2d_backward.default, aten.replication_pad2d_backward.default,
+            aten.replication_pad3d_backward.default)(_grad_input_layout)
+meta_layout(aten.reflection_pad3d_backward.default)(_reflection_pad3d_grad_input_layout)
+
+
+# ------------------------------------------------------------------ out= kernels that restride
+@out_layout(aten.reflection_pad2d.out)
+def _reflection_pad2d_out_layout(self, padding, *, out):
+    """ReflectionPad.cpp `reflection_pad2d_out_template`: `output.resize_(sizes,
+    input.suggest_memory_format())` for a batch (4-d), a plain `resize_(sizes)` (which
+    keeps the strides of a right-sized out tensor) otherwise."""
+    return suggested_layout(self) if self.dim() == 4 else None
+
+
+@out_layout(aten.reflection_pad3d.out, aten.replication_pad2d.out, aten.replication_pad3d.out)
+def _pad_out_layout(self, padding, *, out):
+    """ReflectionPad.cpp `reflection_pad3d_out_cpu` and ReplicationPadding.cpp
+    `replication_pad2d_out_cpu` / `replication_pad3d_out_cpu`: `output.resize_(
+    output.sizes(), input.suggest_memory_format())` after the meta function sized it."""
+    return suggested_layout(self)
+
+
+out_layout(aten.reflection_pad2d_backward.grad_input, aten.replication_pad2d_backward.grad_input,
+           aten.replication_pad3d_backward.grad_input)(_grad_input_layout)
+out_layout(aten.reflection_pad3d_backward.grad_input)(_reflection_pad3d_grad_input_layout)
+
+
+# ------------------------------------------------------------------ attention's gradients
+def _transposed_strides(shape) -> tuple:
+    """The strides of a contiguous tensor of `shape` with its last two dims swapped,
+    transposed back: a `bmm` result's `.transpose(-2, -1)`."""
+    shape = tuple(shape)
+    return torch.empty(shape[:-2] + shape[-2:][::-1], device="meta").mT.stride()
+
+
+def _heads_transposed_strides(shape) -> tuple:
+    """The strides of a contiguous (B, L, H, E) tensor viewed as (B, H, L, E)."""
+    b, h, seq, e = shape
+    return torch.empty((b, seq, h, e), device="meta").transpose(1, 2).stride()
+
+
+@meta_layout(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
+def _attention_backward_layout(grad_out, query, key, value, *args, **kwargs):
+    """The gradients of CPU's F.scaled_dot_product_attention. Its flash kernel's
+    (attention.cpp `_scaled_dot_product_flash_attention_cpu_backward`) are
+    `at::zeros(q.transpose(1, 2).sizes()).transpose(1, 2)`: (B, L, H, E) in memory.
+    Where it takes its math path instead (nn's `_attention_layout`: a last dim of stride
+    other than 1, head sizes that differ), they are those of `softmax(q @ k.transpose(-2,
+    -1) * scale) @ v` (`_scaled_dot_product_attention_math`) through bmm: grad_query and
+    grad_value are bmm results (contiguous), grad_key the transpose of one."""
+    from .nn import _attention_layout
+
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return None
+    if not _attention_layout(query, key, value):
+        return [_heads_transposed_strides(t.shape) for t in (query, key, value)] + [None]
+    return [torch.contiguous_format, _transposed_strides(key.shape), torch.contiguous_format, None]
