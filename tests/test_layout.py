@@ -525,3 +525,24 @@ def test_decomposition_with_a_named_tuple_result_on_a_strided_input():
     x = _layouts(torch.randn(4, 6))["sliced"]
     _same_strides(lambda t: aten.log_sigmoid_forward(t), x, fallback=True)
     _same_strides(F.logsigmoid, x, fallback=True)
+
+
+@pytest.mark.parametrize("weight_channels_last", [False, True])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv1d_of_a_length_major_input_is_laid_out_as_cpu(weight_channels_last, transposed, dtype):
+    """An (N, L, C)-major input (`x.transpose(1, 2)`, common before conv1d) gives CPU a
+    contiguous result with a contiguous weight, and channel-stride-1 results with a
+    channel-stride-1 weight: CPU picks the 1-d backend's format from the weight."""
+    x = torch.randn(2, 7, 6, dtype=dtype).transpose(1, 2).requires_grad_()
+    w = torch.randn(6, 6, 3, dtype=dtype)
+    if weight_channels_last:
+        w = w.transpose(1, 2).contiguous().transpose(1, 2)
+    conv = F.conv_transpose1d if transposed else F.conv1d
+    y = conv(x, w)
+    gx = torch.autograd.grad(y, x, torch.ones_like(y))[0]
+    xn = strided(x.detach()).requires_grad_()
+    yn = conv(xn, strided(w))
+    gxn = torch.autograd.grad(yn, xn, torch.ones_like(yn))[0]
+    assert (yn.stride(), gxn.stride()) == (y.stride(), gx.stride())
+    torch.testing.assert_close(yn.cpu(), y)

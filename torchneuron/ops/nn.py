@@ -808,13 +808,15 @@ def _cpu_conv_layout(input, weight, bias, stride, padding, dilation, transposed,
     """The layout (`registry.meta_layout`) of CPU's convolution output and gradients:
     `_cpu_conv_memory_format`'s. A 1-d convolution runs as a 2-d one of height 1
     (Convolution.cpp `_convolution`: `params.view1d_as_2d()`, `view4d` of input and
-    weight, `view3d` of the results), so its results are the squeezed 2-d results: a
-    transposed (N, L, C)-major input gives channels_last 2-d results, whose squeeze
-    keeps the channel stride 1."""
+    weight, `view3d` of the results), so its results are the squeezed 2-d results. The
+    backend's memory format comes from a contiguous input and the weight (as PyTorch's
+    own fake convolution kernel asks it): a channels_last-like (C-stride-1) weight
+    gives channels_last 2-d results, whose squeeze keeps the channel stride 1."""
     if input.dim() != 3 or weight.dim() != 3:
         return _cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding,
                                        groups)
-    fmt = _cpu_conv_memory_format(input.unsqueeze(2), weight.unsqueeze(2), bias, [1, *stride], [0, *padding],
+    dense = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    fmt = _cpu_conv_memory_format(dense.unsqueeze(2), weight.unsqueeze(2), bias, [1, *stride], [0, *padding],
                                   [1, *dilation], transposed, [0, *output_padding], groups)
     if fmt in (None, torch.contiguous_format):
         return fmt
