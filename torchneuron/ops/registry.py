@@ -411,13 +411,12 @@ def laid_out(op, outs: list, args, kwargs) -> list:
         if fmt is ELEMENTWISE:
             if tensors is None:
                 tensors = _tensors(list(args) + list(kwargs.values()))
-            stride = elementwise_strides(o.shape, tensors)
-            if tuple(stride) != tuple(o.stride()):
-                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
+            stride = tuple(elementwise_strides(o.shape, tensors))
         elif isinstance(fmt, tuple) or callable(fmt):  # strides, or a function of the meta output giving them
             stride = tuple(fmt(o)) if callable(fmt) else fmt
-            if stride != tuple(o.stride()):
-                outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
         else:
             outs[i] = torch.empty(o.shape, dtype=o.dtype, device=o.device, memory_format=fmt)
+            continue
+        if stride != tuple(o.stride()):
+            outs[i] = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
     return outs
