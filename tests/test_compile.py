@@ -302,6 +302,9 @@ def test_disk_cache_hit_in_second_process(tmp_path):
     assert _run_child(tmp_path)[:2] == (1, 0)
 
 
+# Each cross-process test starts two or three interpreters (20-30 s): CI runs the plain
+# hit-in-a-second-process case, --runslow the corrupt-entry and concurrent-writer ones.
+@pytest.mark.slow
 def test_corrupt_cache_entry_recompiles(tmp_path):
     _run_child(tmp_path)
     entries = [p for p in (tmp_path / "executables").iterdir() if p.suffix == ".bin"]
@@ -616,6 +619,7 @@ def test_mark_dynamic_specializes_without_crashing():
         torch.testing.assert_close(cf(xn).cpu(), f(x))
 
 
+@pytest.mark.slow
 def test_concurrent_processes_share_one_cache_dir(tmp_path):
     env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path))
     env["TORCHNEURON_EXTENSION_DIR"] = torchneuron._extension._build_dir()
