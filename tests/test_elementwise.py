@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import check, check_grad, no_fallback
+from helpers import check, check_grad, check_like_cpu, no_fallback
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool]
@@ -360,6 +360,19 @@ def test_threshold_backward_computes_in_the_common_dtype():
         assert actual.dtype == expected.dtype and torch.equal(actual, expected), (self_dtype, grad_dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.uint8, torch.int8, torch.bool, torch.complex64], ids=str)
+def test_threshold_takes_complex_numbers_as_cpu(dtype):
+    """CPU reads a complex threshold or value with a zero imaginary part as its real part
+    (`Scalar::to`; 1.5+1j raises RuntimeError, 300+0j into int8 too); neuron raised
+    TypeError on converting the Python complex to a real dtype."""
+    x = torch.tensor([0.0, 1.0, 2.0, 3.0]).to(dtype)
+    for threshold, value in [(1.5 + 0j, 0), (0j, 1.5 + 0j), (2 + 0j, 300 + 0j), (1.5, 2 + 0j),
+                             (1.5 + 1j, 0), (1.5, 1j)]:
+        check_like_cpu(lambda t: torch.threshold(t, threshold, value), x)
+        check_like_cpu(lambda t: F.threshold(t, threshold, value, inplace=True), x.clone())
+
+
 _SPECIAL = [float("inf"), -float("inf"), float("nan"), 1e308, -1e308, 0.0, -0.0, 1.0, -1.0, 800.0]
 
 
@@ -392,3 +405,61 @@ def test_complex_logaddexp_exp_and_log_special_values_as_cpu(dtype):
     _same_complex(got_exp, torch.exp(z), rtol)
     finite_log = torch.log(z).abs() < 700  # XLA flushes log(1e308 + 1j)'s subnormal angle to zero
     _same_complex(got_log[~finite_log], torch.log(z)[~finite_log], rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", [torch.log1p, torch.expm1, torch.sigmoid, torch.tanh, torch.sqrt, torch.log2,
+                                torch.log10], ids=lambda f: f.__name__)
+def test_complex_special_values_as_cpu(op, dtype):
+    """CPU's complex log1p and expm1 are c10's formulas (complex_math.h: log(1 + z) times
+    z / ((1 + z) - 1), so log1p(1e-30 + inf i) is NaN + NaN i), sigmoid divides 1 by 1 +
+    cexp(-z) with c10's division, tanh and sqrt are glibc's ctanh and csqrt (C99's
+    special values, the sign of a zero imaginary part kept: sqrt(-1 - 0i) = -i), log2
+    and log10 divide clog's parts; neuron followed XLA for 7 to 29 of these 100 values
+    each (inf + NaN i for log2(inf + NaN i), NaN + NaN i for tanh(0 + inf i), ...)."""
+    z = torch.tensor([complex(a, b) for a in _SPECIAL for b in _SPECIAL], dtype=dtype)
+    rtol = 1e-13 if dtype == torch.complex128 else 4e-6
+    with no_fallback():
+        got = op(z.to("neuron")).cpu()
+    _same_complex(got, op(z), rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_log1p_of_tiny_values_as_cpu(dtype):
+    """log1p(z) for |z| near 1e-30 (and 1e-300 in complex128): 1 + z rounds to 1, and
+    c10's log1p returns z itself (no imaginary part: also its real part) or log(1 + z)
+    times z / ((1 + z) - 1); neuron's log1p gave -inf for log1p(-1 + 1e-30i) and dropped
+    the real part of log1p(1e-30 + 1e-30i)."""
+    tiny = [1e-30, -1e-30, 1e-8] + ([1e-300, -1e-300] if dtype == torch.complex128 else [])
+    values = [complex(a, b) for a in tiny + [-1.0, 0.0] for b in tiny + [0.0, float("inf"), -float("inf")]]
+    z = torch.tensor(values, dtype=dtype)
+    rtol = 1e-13 if dtype == torch.complex128 else 4e-6
+    with no_fallback():
+        got = torch.log1p(z.to("neuron")).cpu()
+    _same_complex(got, torch.log1p(z), rtol)
+
+
+_POW_PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, 300.0, -300.0, float("inf"), -float("inf"), float("nan")]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_pow_special_values_as_cpu(dtype):
+    """Complex pow over a grid of zero, unit, large, infinite and NaN parts: CPU's
+    std::pow is glibc's cpow, cexp(y * clog(x)) with C99's product (0 ** 0 is NaN + NaN i,
+    x ** (300 + 0i) past exp's overflow inf + 0i), and pow.Tensor_Scalar's exponents 0.5,
+    -0.5, -1, 2, 3, -2 are csqrt, c10's quotient and products; pow.Scalar's base 1
+    gives ones. Neuron followed XLA's polar-form pow (NaN + NaN i or inf + NaN i for
+    ~10000 of these 20736 pairs, 1 for 0 ** 0)."""
+    z = torch.tensor([complex(a, b) for a in _POW_PARTS for b in _POW_PARTS], dtype=dtype)
+    base, exp = z.repeat_interleave(len(z)), z.repeat(len(z))
+    rtol = 1e-11 if dtype == torch.complex128 else 4e-6
+    zn = z.to("neuron")
+    with no_fallback():
+        got = torch.pow(base.to("neuron"), exp.to("neuron")).cpu()
+        got_scalar = [torch.pow(zn, e).cpu() for e in (0.5, -0.5, -1.0, 2.0, 3.0, -2.0, 2.5, 1j, -300 + 0j)]
+        got_base = [torch.pow(b, zn).cpu() for b in (1 + 0j, 0j, -1 + 0j, 2.5 - 1j)]
+    _same_complex(got, torch.pow(base, exp), rtol)
+    for e, g in zip((0.5, -0.5, -1.0, 2.0, 3.0, -2.0, 2.5, 1j, -300 + 0j), got_scalar):
+        _same_complex(g, torch.pow(z, e), rtol)
+    for b, g in zip((1 + 0j, 0j, -1 + 0j, 2.5 - 1j), got_base):
+        _same_complex(g, torch.pow(b, z), rtol)

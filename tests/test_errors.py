@@ -191,6 +191,26 @@ def test_scalar_overflow_raises_like_cpu(op):
             assert got[1] == want[1], (dtype, value)
 
 
+@pytest.mark.parametrize("op", [name for name in SCALAR_OPS if name != "pow"], ids=str)
+def test_complex_scalars_convert_like_cpu(op):
+    """A complex Scalar where CPU's kernel reads a real one (`Scalar::to`): a zero
+    imaginary part passes as the real part (threshold, masked_fill, fill_, clamp of a
+    floating tensor), any value fills a bool tensor (masked_fill), index_fill and
+    clamp_min refuse it. neuron raised TypeError (threshold), PyTorch's reference's
+    errors (masked_fill, index_fill of a 0-dim tensor), or promoted clamp's result to
+    complex."""
+    fn = SCALAR_OPS[op]
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.int64, torch.uint8, torch.bool, torch.complex64):
+        for value in (1 + 0j, 1 + 1j, 0j, 2.5 + 0j, -1 + 0j, 300 + 0j):
+            for _ in range(2):  # and from the cached executable
+                with no_fallback():
+                    got = _outcome(lambda x: fn(x, value), "neuron", dtype)
+                want = _outcome(lambda x: fn(x, value), "cpu", dtype)
+                assert got[0] is want[0], (dtype, value, got, want)
+                if want[0] is None:
+                    assert got[1].dtype == want[1].dtype and torch.equal(got[1], want[1]), (dtype, value)
+
+
 def _ones(device, dtype, *shape):
     return torch.ones(*shape, dtype=dtype, device=device)
 

@@ -94,6 +94,19 @@ def test_eye_full_scalar_tensor():
     same(lambda d: torch.eye(0, device=d))
 
 
+def test_complex64_fill_values_past_float32_range_raise():
+    """CPU checks a fill value into complex64 part by part against float32's range
+    (`Scalar::to<c10::complex<float>>`); neuron filled inf. The value is a dynamic
+    argument in eager, so the check runs on the device, for a second call of one shape
+    too."""
+    for value in (1e39, -1e39, 1e39 + 0j, 1e39j, 3.5e38 + 1j, 3.4e38 + 0j, complex(float("inf"), 2.0)):
+        for _ in range(2):
+            same(lambda d: torch.scalar_tensor(value, dtype=torch.complex64, device=d))
+            same(lambda d: torch.full((2,), value, dtype=torch.complex64, device=d))
+            same(lambda d: torch.zeros(2, dtype=torch.complex64, device=d).fill_(value))
+            same(lambda d: torch.zeros(2, dtype=torch.complex64, device=d).new_full((2,), value))
+
+
 def test_tril_triu_indices():
     for row, col, offset in [(4, 5, 0), (4, 3, -1), (3, 6, 2), (0, 3, 0)]:
         same(lambda d: torch.tril_indices(row, col, offset, device=d))

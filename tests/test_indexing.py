@@ -268,6 +268,25 @@ def test_masked_ops():
     check_like_cpu(lambda t, m: t.masked_fill(m, 1.0), x, (x > 0).to(torch.uint8))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64],
+                         ids=str)
+def test_masked_fill_and_index_fill_take_complex_values_as_cpu(dtype):
+    """CPU's masked_fill reads a complex value (number or 0-dim tensor) with
+    `Scalar::to`: a zero imaginary part passes as the real part, any value fills a bool
+    tensor; index_fill refuses every complex value for a non-complex tensor, and fills
+    with a 0-dim tensor of another dtype. neuron raised PyTorch's reference's errors
+    ("could not convert", index_copy's dtype check) for these."""
+    x = torch.tensor([0.0, 1.0, 2.0]).to(dtype)
+    mask = torch.tensor([True, False, True])
+    index = torch.tensor([0, 2])
+    for value in (1 + 1j, 1 + 0j, 0j, 1j, 1.5 + 0j, 300 + 0j, -1 + 0j, complex(float("nan"), 0), 2.5, 1):
+        for v in (value, torch.tensor(value)):
+            for _ in range(2):  # the second call runs the cached executable
+                check_like_cpu(lambda t, m: t.masked_fill(m, v), x, mask)
+                check_like_cpu(lambda t, i: t.index_fill(0, i, v), x, index)
+
+
 def test_nonzero():
     x = make((3, 4), torch.int64) % 3
     check(torch.nonzero, x)

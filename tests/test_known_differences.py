@@ -94,6 +94,12 @@ def test_compiled_alpha_past_float32_range_raises():
         f(torch.ones(2, device="neuron"))
 
 
+@_known("complex32 results of half tensors with complex numbers")
+def test_where_of_a_half_tensor_and_a_complex_number():
+    _same_outcome(lambda d: torch.where(torch.tensor([True, False], device=d),
+                                        torch.tensor([0.5, 1.5], dtype=torch.float16, device=d), 1 + 2j))
+
+
 @_known("a 1-element CPU learning rate of a fused optimizer")
 def test_fused_adam_with_a_1_element_cpu_lr():
     def fn(d):
@@ -143,4 +149,12 @@ def test_half_add_with_alpha_rounds_like_cpus_tail():
     a, b = torch.randn(100).half(), torch.randn(100).half()
     want = torch.add(a, b, alpha=0.1)
     got = torch.add(a.to("neuron"), b.to("neuron"), alpha=0.1).cpu()
+    assert torch.equal(got, want)
+
+
+@_known("complex128 pow with huge exponents")
+def test_complex128_pow_with_a_huge_exponent_as_cpu():
+    base = torch.tensor([2 - 1j], dtype=torch.complex128)
+    want = torch.pow(base, 1e30j)  # inf + inf i
+    got = torch.pow(base.to("neuron"), 1e30j).cpu()
     assert torch.equal(got, want)

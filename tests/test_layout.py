@@ -546,3 +546,178 @@ def test_conv1d_of_a_length_major_input_is_laid_out_as_cpu(weight_channels_last,
     gxn = torch.autograd.grad(yn, xn, torch.ones_like(yn))[0]
     assert (yn.stride(), gxn.stride()) == (y.stride(), gx.stride())
     torch.testing.assert_close(yn.cpu(), y)
+
+
+# ------------------------------------------------------------------ operand order and promotion
+_ACTIVATION_BACKWARDS = {
+    # self first: threshold_backward (ReLU's), leaky_relu_backward
+    "threshold_backward": lambda g, x: aten.threshold_backward(g, x, 0.5),
+    "relu": lambda g, x: _input_grad(F.relu, g, x),
+    "threshold": lambda g, x: _input_grad(lambda t: F.threshold(t, 0.5, 2.0), g, x),
+    "leaky_relu_backward": lambda g, x: aten.leaky_relu_backward(g, x, 0.1, False),
+    # grad_output first, without the pointwise tag
+    "hardtanh_backward": lambda g, x: aten.hardtanh_backward(g, x, -1.0, 1.0),
+    "hardtanh": lambda g, x: _input_grad(F.hardtanh, g, x),
+    "hardswish_backward": lambda g, x: aten.hardswish_backward(g, x),
+    "hardswish": lambda g, x: _input_grad(F.hardswish, g, x),
+    "elu_backward": lambda g, x: aten.elu_backward(g, 1.0, 1.0, 1.0, False, x),
+    "softplus_backward": lambda g, x: aten.softplus_backward(g, x, 1.0, 20.0),
+    "hardsigmoid_backward": lambda g, x: aten.hardsigmoid_backward(g, x),
+    "mish_backward": lambda g, x: aten.mish_backward(g, x),
+    "softshrink_backward": lambda g, x: aten.softshrink_backward(g, x, 0.5),
+    # grad_output first, tagged pointwise
+    "gelu_backward": lambda g, x: aten.gelu_backward(g, x),
+    "silu_backward": lambda g, x: aten.silu_backward(g, x),
+    "sigmoid_backward": lambda g, x: aten.sigmoid_backward(g, x),
+    "tanh_backward": lambda g, x: aten.tanh_backward(g, x),
+    # into empty_like(grad_output)
+    "log_sigmoid_backward": lambda g, x: aten.log_sigmoid_backward(g, x, aten.log_sigmoid_forward(x)[1]),
+}
+
+
+def _input_grad(fn, grad, x):
+    x = x.detach().requires_grad_()
+    return torch.autograd.grad(fn(x), x, grad)[0]
+
+
+@pytest.mark.parametrize("name", sorted(_ACTIVATION_BACKWARDS))
+def test_activation_gradients_order_operands_as_cpus_iterator(name):
+    """CPU's activation gradients are TensorIterators whose operand order decides the
+    layout where grad_output and self disagree: threshold_backward's and
+    leaky_relu_backward's take self first, hardtanh's and hardswish's (and the other
+    `build_borrowing_binary_op(out, grad_output, self)` kernels) grad_output first;
+    PyTorch's references of these took the other one. All 16 pairs of layouts."""
+    grads, inputs = _layouts(torch.randn(2, 3, 4, 5)), _layouts(torch.randn(2, 3, 4, 5) * 3)
+    for g, x in itertools.product(grads.values(), inputs.values()):
+        _same_strides(_ACTIVATION_BACKWARDS[name], g, x)
+
+
+def _mixed(dtype, kind):
+    """A (4, 3) operand of `dtype`, no zeros (integer division): transposed, a
+    transposed slice, or a broadcast (an expanded row, column or transposed row)."""
+    def values(*shape):
+        return (torch.rand(shape) * 5 + 1).to(dtype)
+
+    return {"transposed": lambda: values(3, 4).t(), "sliced_t": lambda: values(3, 8)[:, ::2].t(),
+            "expanded": lambda: values(3).expand(4, 3), "expanded_col": lambda: values(4, 1).expand(4, 3),
+            "expanded_t": lambda: values(4).expand(3, 4).t()}[kind]()
+
+
+@pytest.mark.parametrize("op", [torch.mul, torch.add, torch.div, torch.eq, torch.maximum, torch.atan2],
+                         ids=lambda op: op.__name__)
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.complex64), (torch.int64, torch.float32),
+                                    (torch.int32, torch.int64), (torch.bool, torch.float32),
+                                    (torch.int64, torch.int64)], ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+def test_promoted_operands_vote_as_their_cast_copies(op, dtypes):
+    """CPU's TensorIterator casts an operand whose dtype is not the common one
+    (`.to(common_dtype)`, which makes a broadcast or sliced operand contiguous) before
+    it orders the output's dims: a broadcast real operand times a transposed complex one
+    gives a contiguous result, not a transposed one; true division casts both integer
+    operands."""
+    for first, second in itertools.product(["expanded", "expanded_col", "expanded_t", "sliced_t"],
+                                           ["transposed", "sliced_t"]):
+        a, b = _mixed(dtypes[0], first), _mixed(dtypes[1], second)
+        if op is torch.atan2 and (a.is_complex() or b.is_complex()):
+            continue
+        if op is torch.maximum and (a.is_complex() or b.is_complex()):
+            continue
+        _same_strides(op, a, b)
+        _same_strides(op, b, a)
+
+
+def test_where_does_not_promote_its_condition():
+    """`where_self_out` casts self and other to their result type, not the condition: a
+    broadcast condition keeps its (non-)vote."""
+    cond = torch.rand(4, 1).expand(4, 3) > 0.5
+    a, b = torch.randn(3, 4).t(), torch.randn(3, 4, dtype=torch.float64).t()
+    _same_strides(torch.where, cond, a, b)
+    _same_strides(torch.where, cond, a.to(torch.int64), torch.randn(3).expand(4, 3))
+
+
+@pytest.mark.parametrize("op", ["mse", "smooth_l1", "huber", "soft_margin"])
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 1), (3, 4)), ((4,), (3, 4)), ((1, 4), (3, 1)),
+                                    ((3, 4), (4,))], ids=str)
+def test_loss_gradients_with_a_broadcast_target(op, shapes):
+    """Loss.cpp's mse, smooth_l1 and huber gradients are a contiguous zeros_like(input)
+    written by a TensorIterator over (input, target, grad_output): a target that
+    broadcasts the input to a larger shape makes the iterator resize it, in its own
+    layout; a mean divides by the input's numel, not the broadcast shape's. All
+    reductions, for contiguous, transposed and sliced operands."""
+    fn = {"mse": lambda g, x, y, r: aten.mse_loss_backward(g, x, y, r),
+          "smooth_l1": lambda g, x, y, r: aten.smooth_l1_loss_backward(g, x, y, r, 1.0),
+          "huber": lambda g, x, y, r: aten.huber_loss_backward(g, x, y, r, 1.0),
+          "soft_margin": lambda g, x, y, r: aten.soft_margin_loss_backward(g, x, y, r)}[op]
+    shape = torch.broadcast_shapes(*shapes)
+
+    def layouts(s):
+        t = torch.randn(s)
+        return _layouts(t) if len(s) == 2 and min(s) > 1 else {"contiguous": t}
+
+    for (x, y), reduction in itertools.product(itertools.product(layouts(shapes[0]).values(),
+                                                                 layouts(shapes[1]).values()), [0, 1, 2]):
+        for g in (layouts(shape).values() if reduction == 0 else [torch.tensor(1.3)]):
+            _same_strides(lambda g, x, y: fn(g, x, y, reduction), g, x, y)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape,pads", [((2, 3, 7), (1, 2)), ((2, 3, 5, 6), (1, 2, 2, 1)), ((3, 4, 5, 6), (1, 2, 2, 1, 1, 1)),
+                                        ((2, 3, 4, 5, 6), (1, 2, 2, 1, 1, 1))], ids=["1d", "2d", "3d-unbatched", "3d"])
+def test_compiled_padding_gradients_keep_channels_last(mode, shape, pads):
+    """Under torch.compile the input gradient of a reflection pad was PyTorch's
+    decomposition inlined into the graph (contiguous); lowered, it keeps the layout CPU
+    gives a channels_last input, as eager does. `torch.autograd.grad`, not `.grad`:
+    AccumulateGrad restrides a leaf's gradient to the leaf's layout."""
+    def pad(t):
+        return F.pad(t, pads, mode=mode)
+
+    for x in _layouts(torch.randn(shape)).values():
+        torch._dynamo.reset()
+        expected = _input_grad(pad, torch.ones(pad(x).shape), x)
+        xn = _on_neuron(x).detach().requires_grad_()
+        with no_fallback():
+            y = torch.compile(pad, backend="neuron")(xn)
+            actual = torch.autograd.grad(y, xn, torch.ones_like(y))[0]
+        assert actual.stride() == expected.stride()
+        torch.testing.assert_close(actual.cpu(), expected)
+
+
+_EVAL_BATCH_NORMS = {
+    "native_batch_norm": lambda x, w, rm, rv: aten.native_batch_norm(x, w, w, rm.clone(), rv.clone(), False, 0.1, 1e-5),
+    "legit": lambda x, w, rm, rv: aten._native_batch_norm_legit(x, w, w, rm.clone(), rv.clone(), False, 0.1, 1e-5),
+    "legit_no_training": lambda x, w, rm, rv: aten._native_batch_norm_legit_no_training(x, w, w, rm, rv, 0.1, 1e-5),
+    "legit_functional": lambda x, w, rm, rv: aten._native_batch_norm_legit_functional(x, w, w, rm, rv, False, 0.1,
+                                                                                       1e-5),
+    "no_update": lambda x, w, rm, rv: aten._batch_norm_no_update(x, w, w, rm, rv, 0.1, 1e-5),
+    "with_update": lambda x, w, rm, rv: aten._batch_norm_with_update(x, w, w, rm.clone(), rv.clone(), 0.1, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EVAL_BATCH_NORMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_eval_batch_norm_statistics_are_empty_as_on_cpu(name, dtype):
+    """CPU's batch norm in eval mode returns empty (0,) save_mean and save_invstd
+    (float32 for a half input with float32 parameters); PyTorch's meta kernels give the
+    running statistics, (C,), as CUDA does. `_batch_norm_with_update`/`_no_update`
+    without weight and bias raised a TypeError (PyTorch's reserve-size query)."""
+    x = _layouts(torch.randn(2, 4, 3, 5).to(dtype))["channels_last"]
+    rm, rv = torch.randn(4), torch.rand(4) + 0.5
+    for w in (torch.randn(4), None):
+        expected = _EVAL_BATCH_NORMS[name](x, w, rm, rv)
+        with no_fallback():
+            actual = _EVAL_BATCH_NORMS[name](*(None if t is None else _on_neuron(t) for t in (x, w, rm, rv)))
+        for e, a in zip(expected, actual):
+            assert (a.shape, a.dtype, a.stride()) == (e.shape, e.dtype, e.stride())
+            torch.testing.assert_close(a.cpu(), e)
+
+
+def test_eval_batch_norm_backward_uses_the_running_statistics():
+    """native_batch_norm_backward with training=False, given CPU's empty saved
+    statistics, normalizes by the running ones."""
+    x, w, rm, rv = torch.randn(2, 4, 3, 5), torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    g = torch.randn(2, 4, 3, 5)
+
+    def backward(x, w, rm, rv, g):
+        _, save_mean, save_invstd = aten.native_batch_norm(x, w, None, rm, rv, False, 0.1, 1e-5)
+        return aten.native_batch_norm_backward(g, x, w, rm, rv, save_mean, save_invstd, False, 1e-5, [True] * 3)
+
+    _same_strides(backward, x, w, rm, rv, g)

@@ -295,6 +295,38 @@ def test_upsample_1d_3d():
     check(lambda a: F.interpolate(a, scale_factor=2), torch.randint(0, 255, (1, 2, 3, 3), dtype=torch.uint8))
 
 
+@pytest.mark.parametrize("mode,kw,shape", [
+    ("nearest", {}, (0, 2, 4)), ("nearest", {}, (0, 2, 4, 4)), ("nearest", {}, (0, 2, 3, 3, 3)),
+    ("nearest-exact", {}, (0, 2, 4)), ("nearest-exact", {}, (0, 2, 4, 4)), ("nearest-exact", {}, (0, 2, 3, 3, 3)),
+    ("linear", {}, (0, 2, 4)), ("bilinear", {}, (0, 2, 4, 4)), ("bilinear", dict(align_corners=True), (0, 2, 4, 4)),
+    ("bicubic", {}, (0, 2, 4, 4)), ("trilinear", {}, (0, 2, 3, 3, 3)), ("area", {}, (0, 2, 4, 4)),
+    ("bilinear", dict(antialias=True), (0, 2, 4, 4)), ("bicubic", dict(antialias=True), (0, 2, 4, 4)),
+], ids=str)
+def test_interpolate_of_an_empty_batch(mode, kw, shape):
+    """CPU upsamples an empty batch (N = 0) to an empty batch, gradient too; PyTorch's
+    meta kernel of the nearest modes, which the executor runs, raised TypeError."""
+    x = torch.randn(shape)
+    for size in (dict(scale_factor=2), dict(size=[3] * (len(shape) - 2))):
+        check(grads(lambda a: F.interpolate(a, mode=mode, **size, **kw)), x)
+
+
+@pytest.mark.parametrize("mode,shape", [("nearest", (2, 0, 4, 4)), ("nearest", (0, 0, 4)), ("nearest", (2, 2, 0, 4)),
+                                        ("bilinear", (2, 0, 4, 4)), ("bicubic", (0, 2, 0, 4)),
+                                        ("trilinear", (2, 0, 3, 3, 3)), ("nearest-exact", (0, 0, 3, 3, 3))], ids=str)
+def test_interpolate_of_empty_channels_or_sizes_raises_as_cpu(mode, shape):
+    """Zero channels or spatial sizes: CPU's RuntimeError, sizes checked first; neuron
+    computed (bilinear) or raised TypeError (nearest)."""
+    raises_like_cpu(lambda a: F.interpolate(a, size=[3] * (len(shape) - 2), mode=mode), torch.randn(shape))
+
+
+@pytest.mark.parametrize("loss", [F.mse_loss, F.smooth_l1_loss, F.huber_loss], ids=lambda f: f.__name__)
+def test_mean_loss_gradient_of_an_empty_input(loss):
+    """CPU's mean loss of an empty input is NaN and its gradient empty; PyTorch's Python
+    kernel of the backward, which the executor runs for the shape, divided by zero."""
+    check(grads(lambda a, b: loss(a, b), diff=(0, 1)), torch.randn(0, 3), torch.randn(0, 3))
+    check(grads(lambda a, b: loss(a, b, reduction="mean"), diff=(0,)), torch.randn(0), torch.randn(0))
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_uint8_interpolation_without_antialiasing_equals_cpu(mode):
     # CPU's int16 fixed-point kernel, bit for bit: taps past the edges folded into the
@@ -588,20 +620,19 @@ def test_native_batch_norm_legit_out():
 
 
 @pytest.mark.parametrize("op", [torch.ops.aten.native_batch_norm.default, torch.ops.aten._native_batch_norm_legit.default])
-def test_eval_batch_norm_statistics_as_meta_and_compiled_graphs_give_them(op):
-    # PyTorch's meta kernel and decomposition give every non-CPU device CUDA's (C,)
-    # statistics in eval: the running mean and its invstd (CPU returns empty ones).
+def test_eval_batch_norm_statistics_are_cpus_in_eager_and_compiled_graphs(op):
+    # CPU returns empty save_mean and save_invstd in eval; PyTorch's meta kernel and
+    # decomposition give other devices CUDA's (C,) running mean and invstd. Eager and
+    # compiled graphs on neuron give CPU's.
     x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
     mean, var = torch.randn(3), torch.rand(3) + 0.5
     args = [t.to("neuron") for t in (x, w, b, mean, var)]
     eager = op(*args, False, 0.1, 1e-5)
     compiled = torch.compile(lambda *a: op(*a, False, 0.1, 1e-5), backend="neuron")(*args)
-    cpu_out = op(x, w, b, mean, var, False, 0.1, 1e-5)[0]
-    torch.testing.assert_close(eager[0].cpu(), cpu_out)
-    torch.testing.assert_close(eager[1].cpu(), mean, rtol=0, atol=0)
-    torch.testing.assert_close(eager[2].cpu(), (var + 1e-5).rsqrt())
-    for e, c in zip(eager, compiled):
-        torch.testing.assert_close(e.cpu(), c.cpu())
+    for e, c, want in zip(eager, compiled, op(x, w, b, mean, var, False, 0.1, 1e-5)):
+        assert (e.shape, e.dtype) == (c.shape, c.dtype) == (want.shape, want.dtype)
+        torch.testing.assert_close(e.cpu(), want)
+        torch.testing.assert_close(c.cpu(), want)
 
 
 @pytest.mark.parametrize("shape,dim", [((5, 0, 0), -1), ((2, 3, 0), -1), ((0, 4), 1), ((2, 0, 3), 1)])

@@ -140,9 +140,13 @@ def round_complex_half(x, half):
 
 def cast(x, dtype):
     """`x` (array or number) as an array of `dtype`. A Python int wraps into an integer
-    `dtype` as C++'s conversion does (-1 -> uint8 255: `threshold(uint8, -1, 0)`)."""
+    `dtype` as C++'s conversion does (-1 -> uint8 255: `threshold(uint8, -1, 0)`). A
+    Python complex into a real `dtype` is read as c10's `Scalar::to` reads it (once
+    `check_scalar` has passed it): its real part, or for bool whether it is nonzero."""
     if not isinstance(x, (bool, int, float, complex)):
         return jnp.asarray(x).astype(dtype)
+    if isinstance(x, complex) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        x = x != 0 if jnp.dtype(dtype) == jnp.bool_ else x.real
     if isinstance(x, int) and not isinstance(x, bool) and jnp.issubdtype(dtype, jnp.integer):
         bits = jnp.dtype(dtype).itemsize * 8
         x &= (1 << bits) - 1
@@ -201,10 +205,13 @@ _CONVERT_NAMES = {
 # Traced floating Scalars (complex ones into complex types) converted to these types are
 # not checked on the device: only magnitudes past float32's range overflow, and a
 # device-side check would take every such call (masked_fill(-inf), clamp(min=0.),
-# fill_(0.) on float32/bfloat16 tensors) off the C++ eager hot path. Python-number
-# Scalars (compiled graphs, static arguments) are checked for every type.
+# fill_(0.) on float32/bfloat16 tensors) off the C++ eager hot path. float64 and
+# complex128 hold every double, so they need no check. complex64 is checked (fill_(1e39)
+# raises as on CPU): complex tensors rarely take such Scalars in hot loops, and a checked
+# call costs about 20 us more. Python-number Scalars (compiled graphs, static arguments)
+# are checked for every type.
 _UNCHECKED_TRACED_FLOAT = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32), jnp.dtype(jnp.float64),
-                           jnp.dtype(jnp.complex64), jnp.dtype(jnp.complex128))
+                           jnp.dtype(jnp.complex128))
 
 
 def _overflows(v, kind: int, dtype, xp):
@@ -258,6 +265,8 @@ def check_scalar(value, dtype) -> None:
         return  # cannot overflow
     if dtype in _UNCHECKED_TRACED_FLOAT and (kind == 2 or (kind == 3 and jnp.issubdtype(dtype, jnp.complexfloating))):
         return
+    if kind >= 2:  # in double: float64's bounds would not fit a float32 value's type
+        value = value.astype(jnp.complex128 if kind == 3 else jnp.float64)
     context().check(jnp.logical_not(_overflows(value, kind, dtype, jnp)), RuntimeError, message)
 
 

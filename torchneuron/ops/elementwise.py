@@ -272,7 +272,11 @@ def pow(self, exponent):
     out = _out()
     if out in _HALF and not is_number(exponent):
         exponent = _in_dtype(exponent, out)
-    return _pow(self, exponent, out)
+    result = _pow(self, exponent, out)
+    if is_number(self) and jnp.issubdtype(out, jnp.complexfloating):
+        # pow.Scalar: CPU fills ones for a base of 1 (Pow.cpp), even for NaN exponents.
+        result = jnp.where(jnp.asarray(self) == 1, jnp.ones((), out), result)
+    return result
 
 
 def _pow(self, exponent, out):
@@ -287,6 +291,9 @@ def _pow(self, exponent, out):
     a, b = cast(self, c), cast(exponent, c)
     if jnp.issubdtype(c, jnp.integer):
         return _int_pow(a, b).astype(out)
+    if jnp.issubdtype(c, jnp.complexfloating):
+        a, b = jnp.broadcast_arrays(a, b)
+        return c_pow(a, b).astype(out)
     return jnp.power(a, b).astype(out)
 
 
@@ -304,12 +311,25 @@ def _pow_scalar_exponent(base, exponent, out, c):
     special = jnp.dtype(out) != jnp.float16
     # (exponent value, computation), tried in order; the last is the general case.
     cases = [(0, lambda x: jnp.ones_like(x)), (1, lambda x: x)]
-    if special:
+    if jnp.issubdtype(c, jnp.complexfloating):
+        # c10's complex sqrt (glibc's csqrt), product and quotient, as CPU's kernels. The
+        # 1 is opaque to XLA, which would fold its zero imaginary part out of the
+        # quotient's sums (-0 + 0 is +0: 1 / (0 - 1i) is -0 + 1i on CPU).
+        one = lax.optimization_barrier(one)
+        cases += [(0.5, c_sqrt), (-0.5, lambda x: c_div(one, c_sqrt(x))), (-1, lambda x: c_div(one, x)),
+                  (2, lambda x: c_mul(x, x)), (3, lambda x: c_mul(c_mul(x, x), x)),
+                  (-2, lambda x: c_div(one, c_mul(x, x)))]
+    elif special:
         cases += [(0.5, lambda x: rnd(jnp.sqrt(x))), (-0.5, lambda x: rnd(one / rnd(jnp.sqrt(x)))),
                   (-1, lambda x: rnd(one / x)), (2, lambda x: rnd(x * x)), (3, lambda x: rnd(rnd(x * x) * x)),
                   (-2, lambda x: rnd(one / rnd(x * x)))]
     e = jnp.asarray(exponent, out).astype(c) if half else exponent
-    general = (lambda x: jnp.power(x, cast(e, c)))
+    if jnp.issubdtype(c, jnp.complexfloating):
+        def general(x):
+            return c_pow(x, jnp.broadcast_to(cast(e, c), x.shape))
+    else:
+        def general(x):
+            return jnp.power(x, cast(e, c))
     if isinstance(exponent, (bool, int, float, complex)):
         fn = next((f for v, f in cases if exponent == v), general)
         return fn(base).astype(out)
@@ -601,6 +621,35 @@ def where(condition, self, other):
     return jnp.where(cast(condition, jnp.bool_), cast(self, out), cast(other, out))
 
 
+@meta_check(aten.clamp.default, aten.clamp.out, aten.clamp_.default)
+def _clamp_meta_check(self, min=None, max=None, **_):
+    """CPU's clamp meta function (TensorCompare.cpp) keeps a floating tensor's dtype
+    whatever its Scalar bounds, reading them with `Scalar::to<double>` (a complex bound
+    passes as its real part when its imaginary part is zero); PyTorch's Python kernel
+    promotes the result to complex (complex32 for half types, which neuron cannot
+    hold)."""
+    if not self.dtype.is_floating_point:
+        return None
+    replaced = {}
+    for name, bound in (("min", min), ("max", max)):
+        if isinstance(bound, complex):
+            if bound.imag != 0:
+                raise RuntimeError("value cannot be converted to type double without overflow")
+            replaced[name] = bound.real
+    return replaced or None
+
+
+@meta_check(aten.clamp_min.default, aten.clamp_min.out, aten.clamp_min_.default, aten.clamp_max.default,
+            aten.clamp_max.out, aten.clamp_max_.default)
+def _clamp_bound_meta_check(self, *args, **kwargs):
+    """CPU's clamp_min / clamp_max meta functions refuse a complex Scalar bound
+    (NotImplementedError), whatever the tensor's dtype; PyTorch's Python kernel
+    promotes to complex."""
+    bound = args[0] if args else kwargs.get("min", kwargs.get("max"))
+    if isinstance(bound, complex):
+        raise NotImplementedError("clamp is not supported for complex types")
+
+
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 def clamp(self, min=None, max=None):
     """`aten::clamp` (Scalar or Tensor bounds); Scalar bounds must fit the result type
@@ -724,13 +773,217 @@ def c_log(z):
     return jnp.where(nan_inf, lax.complex(np.asarray(np.inf, x.dtype), np.asarray(np.nan, x.dtype)), r)
 
 
+def _products(ar, ai, br, bi):
+    """The four products of a complex product, each rounded: ac, bd, ad, bc. XLA (CPU
+    and GPU) would contract ac - bd into a fused multiply-add, which CPU's kernels do
+    not do ((1.1 + 1.1i)^2 would have a real part of 8.9e-18, not 0, and
+    (1e30 + 1e30i)^2 in complex64 -inf, not NaN): each product passes a select on its
+    own factor (x == x: a NaN factor makes the product NaN anyway) that the compiler
+    cannot see through."""
+    nan = np.asarray(np.nan, ar.dtype)
+
+    def rounded(p, v):
+        return jnp.where(v == v, p, nan)
+
+    return rounded(ar * br, ar), rounded(ai * bi, ai), rounded(ar * bi, ar), rounded(ai * br, ai)
+
+
+def c_mul(a, b):
+    """c10::complex's product, (ac - bd) + (ad + bc) i (no fused multiply-add), without
+    C99's recovery of infinities from NaN parts (XLA's may differ there)."""
+    ac, bd, ad, bc = _products(*_parts(a), *_parts(b))
+    return lax.complex(ac - bd, ad + bc)
+
+
+def c_mul_c99(a, b):
+    """C99's complex product (GCC's inline (ac - bd) + (ad + bc) i, then libgcc's
+    __mulsc3/__muldc3 where both parts came out NaN): Annex G's recovery of infinities,
+    an infinite factor "boxed" to +-1/+-0 parts, NaNs of the other factor turned into
+    signed zeros, then the product times inf. glibc's cpow multiplies with it."""
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    ac, bd, ad, bc = _products(ar, ai, br, bi)
+    re, im = ac - bd, ad + bc
+    f = re.dtype
+    one, zero, inf = np.asarray(1, f), np.asarray(0, f), np.asarray(np.inf, f)
+
+    def box(v):
+        return jnp.copysign(jnp.where(jnp.isinf(v), one, zero), v)
+
+    def unnan(v, cond):
+        return jnp.where(cond & jnp.isnan(v), jnp.copysign(zero, v), v)
+
+    a_inf = jnp.isinf(ar) | jnp.isinf(ai)
+    b_inf = jnp.isinf(br) | jnp.isinf(bi)
+    ar, ai = jnp.where(a_inf, box(ar), ar), jnp.where(a_inf, box(ai), ai)
+    br, bi = unnan(br, a_inf), unnan(bi, a_inf)
+    br, bi = jnp.where(b_inf, box(br), br), jnp.where(b_inf, box(bi), bi)
+    ar, ai = unnan(ar, b_inf), unnan(ai, b_inf)
+    over = ~(a_inf | b_inf) & (jnp.isinf(ac) | jnp.isinf(bd) | jnp.isinf(ad) | jnp.isinf(bc))
+    ar, ai, br, bi = (unnan(v, over) for v in (ar, ai, br, bi))
+    recover = jnp.isnan(re) & jnp.isnan(im) & (a_inf | b_inf | over)
+    re = jnp.where(recover, inf * (ar * br - ai * bi), re)
+    im = jnp.where(recover, inf * (ar * bi + ai * br), im)
+    return lax.complex(re, im)
+
+
+def c_pow(x, y):
+    """CPU's complex pow of a complex exponent (std::pow of std::complex: glibc's cpow),
+    exp(y * log(x)) with glibc's clog and cexp (`c_log`, `c_exp`) and C99's product
+    (`c_mul_c99`): so 0 ** 0 is NaN + NaN i, 0 ** 2.5 is 0, and x ** (300 + 0i) keeps
+    a zero imaginary part where exp overflows (inf + 0i, where XLA's pow gives NaN).
+    (XLA's pow computes in polar form, and overflows |x|^2 for |x| past 1e19 in
+    complex64.) For complex64 the real part of the log is clogf's (`_clogf_re`, in
+    float64): XLA's float32 log is often an ulp off, and the exponent multiplies that
+    error ((2 + 300i) ** 3i); that costs about a quarter more time than XLA's pow on
+    XLA:CPU. (The argument, XLA's float32 atan2, agrees with clogf's.)"""
+    return c_exp(c_mul_c99(y, _clogf(x) if x.dtype == jnp.complex64 else c_log(x)))
+
+
+def _clogf(x):
+    """glibc's clogf: log|x| as `_clogf_re`, the argument atan2(im, re) (XLA's, as in
+    its complex log); an infinite part gives inf + atan2 i (inf + NaN i with a NaN
+    part), a NaN part otherwise NaN + NaN i (C99's special values, as `c_log`)."""
+    re, im = _parts(x)
+    inf, nan = np.asarray(np.inf, re.dtype), np.asarray(np.nan, re.dtype)
+    mag = jnp.where(jnp.isinf(re) | jnp.isinf(im), inf, jnp.where(jnp.isnan(re) | jnp.isnan(im), nan, _clogf_re(x)))
+    return lax.complex(mag, jnp.arctan2(im, re))
+
+
+def _clogf_re(x):
+    """The real part of glibc's clogf for finite x, log|x|: with a = max(|re|, |im|) and
+    b = min, logf(hypotf(a, b)) (hypotf as glibc computes it, sqrt(a^2 + b^2) in
+    float64, rounded; logf correctly rounded: computed in float64), except near |x| = 1
+    where clogf takes log1p(a^2 - 1 + b^2) / 2 (correctly rounded: computed in float64).
+    (Non-finite x: see `_clogf`.)"""
+    re, im = (v.astype(jnp.float64) for v in _parts(x))
+    a, b = jnp.maximum(jnp.abs(re), jnp.abs(im)), jnp.minimum(jnp.abs(re), jnp.abs(im))
+    a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
+    wide = jnp.sqrt(a * a + b * b)
+    # glibc's hypotf, unless |x| is past float32's range (clogf scales it: log|x| is finite)
+    hyp = jnp.where(wide > float(jnp.finfo(jnp.float32).max), wide, wide.astype(jnp.float32).astype(jnp.float64))
+    general = jnp.log(hyp)
+    near_one = 0.5 * jnp.log1p((a - 1) * (a + 1) + b * b)
+    eps = float(jnp.finfo(jnp.float32).eps)
+    use_near = (a == 1) | ((a > 1) & (a < 2) & (b < 1)) | \
+        ((a >= 0.5) & (a < 1) & ((b < eps / 2) | (a32 * a32 + b32 * b32 >= 0.5)))
+    return jnp.where(use_near, near_one, general).astype(jnp.float32)
+
+
+def c_div(a, b):
+    """c10::complex's quotient (c10/util/complex.h `operator/=`, NumPy's algorithm):
+    scaled by the ratio of the divisor's smaller part to its larger one; a zero divisor
+    gives the parts divided by zeros (inf or NaN)."""
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    real_major = jnp.abs(br) >= jnp.abs(bi)
+    zero = (br == 0) & (bi == 0)
+    rat = jnp.where(real_major, bi / br, br / bi)
+    scl = 1 / jnp.where(real_major, br + bi * rat, bi + br * rat)
+    re = jnp.where(real_major, (ar + ai * rat) * scl, (ar * rat + ai) * scl)
+    im = jnp.where(real_major, (ai - ar * rat) * scl, (ai * rat - ar) * scl)
+    re = jnp.where(zero, ar / jnp.abs(br), re)
+    im = jnp.where(zero, ai / jnp.abs(bi), im)
+    return lax.complex(re, im)
+
+
 def c_log1p(z):
-    """c10's complex log1p: z itself where 1 + z is exactly 1 (a zero or tiny real part,
-    a zero imaginary part: log1p(-0 + 0i) keeps its -0), XLA's log1p elsewhere. (c10's
-    log(u) (z / (u - 1)), u = 1 + z, has XLA's special values otherwise; XLA's is the
-    more accurate here, as c10's leans on glibc's clog being accurate near 1.)"""
+    """c10's complex log1p on CPU (c10/util/complex_math.h): with u = 1 + z, z where u
+    is exactly 1, else log(u) (glibc's clog, `c_log`), times z / (u - 1) unless u - 1
+    gives z back. So log1p(-1 + 1e-30j) is log(1e-30j), and an infinite imaginary part
+    with a nonzero real part gives NaN (inf / inf in the correction)."""
     x, y = _parts(z)
-    return jnp.where((x + 1 == 1) & (y == 0), z, jnp.log1p(z))
+    u_re = lax.optimization_barrier(x + 1)  # XLA would simplify (x + 1) - 1 to x
+    log_u = c_log(lax.complex(u_re, y))
+    exact = (u_re - 1 == x) & (y == y)
+    corrected = jnp.where(exact, log_u, c_mul(log_u, c_div(z, lax.complex(u_re - 1, y))))
+    return jnp.where((u_re == 1) & (y == 0), z, corrected)
+
+
+def c_expm1(z):
+    """c10's complex expm1: (expm1(x) cos y - 2 sin(y / 2)^2) + e^x sin(y) i, as CPU
+    computes it (so expm1(inf + 0i) is inf + NaN i, inf * 0)."""
+    x, y = _parts(z)
+    a = jnp.sin(y / 2)
+    return lax.complex(jnp.expm1(x) * jnp.cos(y) - 2 * a * a, jnp.exp(x) * jnp.sin(y))
+
+
+def c_sqrt(z):
+    """glibc's csqrt: XLA's sqrt with C99's special values, which XLA misses: the
+    imaginary part takes y's sign (sqrt(-1 - 0i) = -i), an infinite y gives inf + y i
+    whatever x, x = -inf gives 0 + (+-inf) i for a finite y and NaN + inf i for a NaN y,
+    x = +inf gives inf + (+-0) i (inf + NaN i for a NaN y)."""
+    x, y = _parts(z)
+    r = jnp.sqrt(z)
+    re, im = _parts(r)
+    f = x.dtype
+    inf, nan, zero = np.asarray(np.inf, f), np.asarray(np.nan, f), np.asarray(0, f)
+    im = jnp.copysign(jnp.abs(im), y)
+    nan_y = jnp.isnan(y)
+    re = jnp.where(x == inf, inf, jnp.where(x == -inf, jnp.where(nan_y, nan, zero), re))
+    im = jnp.where(x == inf, jnp.where(nan_y, nan, jnp.copysign(zero, y)),
+                   jnp.where(x == -inf, jnp.where(nan_y, inf, jnp.copysign(inf, y)), im))
+    y_inf = jnp.isinf(y)
+    return lax.complex(jnp.where(y_inf, inf, re), jnp.where(y_inf, y, im))
+
+
+def c_tanh(z):
+    """glibc's ctanh: for |x| past t (354 for double, 44 for float) +-1 with an
+    imaginary part 4 sin y cos y e^(-2|x|) (two steps, so it underflows to a signed
+    zero); else (sinh x cosh x + sin y cos y i) / (sinh^2 x + cos^2 y). Infinite x gives
+    +-1 + (+-0) i; a zero y gives z; otherwise a non-finite part gives NaN + NaN i, but
+    x itself where x is zero (0 + NaN i)."""
+    x, y = _parts(z)
+    f = x.dtype
+    fi = jnp.finfo(f)
+    t = float(int((fi.maxexp - 1) * math.log(2) / 2))
+    tiny = float(fi.tiny)
+    small_y = jnp.abs(y) <= tiny
+    sin = jnp.where(small_y, y, jnp.sin(y))
+    cos = jnp.where(small_y, jnp.ones_like(y), jnp.cos(y))
+    ax = jnp.abs(x)
+    exp_2t = np.asarray(math.exp(2 * t), f)
+    big_im = 4 * sin * cos / exp_2t
+    rest = jnp.minimum(ax - t, t)
+    big_im = jnp.where(ax - t > t, big_im / exp_2t, big_im / jnp.exp(2 * rest))
+    small_x = ax <= tiny
+    sinh = jnp.where(small_x, x, jnp.sinh(x))
+    cosh = jnp.where(small_x, jnp.ones_like(x), jnp.cosh(x))
+    den = jnp.where(jnp.abs(sinh) > jnp.abs(cos) * float(fi.eps), sinh * sinh + cos * cos, cos * cos)
+    one = jnp.ones_like(x)
+    re = jnp.where(ax > t, jnp.copysign(one, x), sinh * cosh / den)
+    im = jnp.where(ax > t, big_im, sin * cos / den)
+    # non-finite parts
+    nan = np.asarray(np.nan, f)
+    inf_im = jnp.where(jnp.isfinite(y) & (jnp.abs(y) > 1), jnp.copysign(jnp.zeros_like(y), sin * cos),
+                       jnp.copysign(jnp.zeros_like(y), y))
+    other_re = jnp.where(y == 0, x, jnp.where(x == 0, x, nan))
+    other_im = jnp.where(y == 0, y, nan)
+    finite = jnp.isfinite(x) & jnp.isfinite(y)
+    re = jnp.where(finite, re, jnp.where(jnp.isinf(x), jnp.copysign(one, x), other_re))
+    im = jnp.where(finite, im, jnp.where(jnp.isinf(x), inf_im, other_im))
+    return lax.complex(re, im)
+
+
+def c_sigmoid(z):
+    """CPU's complex sigmoid, 1 / (1 + exp(-z)): glibc's cexp (`c_exp`), then c10's
+    division (`c_div`), which gives NaN + NaN i where the divisor's parts are both
+    infinite or one is NaN (sigmoid(-inf + 1i)); XLA's division, the same elsewhere
+    and cheaper, recovers 0 there. So sigmoid(inf + inf i) is 1."""
+    one = jnp.ones((), z.dtype)
+    w = one + c_exp(-z)
+    br, bi = _parts(w)
+    nan = jnp.isnan(br) | jnp.isnan(bi) | (jnp.isinf(br) & jnp.isinf(bi))
+    return jnp.where(nan, jnp.asarray(complex(np.nan, np.nan), z.dtype), one / w)
+
+
+def c_log_base(base):
+    """CPU's complex log2 / log10: glibc's clog (`c_log`) with each part divided by
+    log(base) (Vectorized's log2 divides the parts; a complex division by log(base) + 0i
+    would turn inf + NaN i into NaN + NaN i)."""
+    def log(z):
+        re, im = _parts(c_log(z))
+        scale = math.log(base)
+        return lax.complex(re / scale, im / scale)
+    return log
 
 
 # ------------------------------------------------------------------ unary
@@ -744,16 +997,23 @@ def _unary_float(fn):
     return lower
 
 
+def _real_or_complex(real, complex_):
+    """`real` for real arrays, `complex_` (CPU's special values) for complex ones."""
+    return lambda x: complex_(x) if jnp.iscomplexobj(x) else real(x)
+
+
 _FLOAT_UNARY = {
-    aten.exp: lambda x: c_exp(x) if jnp.iscomplexobj(x) else jnp.exp(x), aten.exp2: jnp.exp2,
-    aten.expm1: jnp.expm1, aten.log: lambda x: c_log(x) if jnp.iscomplexobj(x) else jnp.log(x), aten.log2: jnp.log2,
-    aten.log10: jnp.log10, aten.log1p: lambda x: c_log1p(x) if jnp.iscomplexobj(x) else jnp.log1p(x),
-    aten.sqrt: jnp.sqrt, aten.rsqrt: lax.rsqrt,
+    aten.exp: _real_or_complex(jnp.exp, c_exp), aten.exp2: jnp.exp2,
+    aten.expm1: _real_or_complex(jnp.expm1, c_expm1), aten.log: _real_or_complex(jnp.log, c_log),
+    aten.log2: _real_or_complex(jnp.log2, c_log_base(2)), aten.log10: _real_or_complex(jnp.log10, c_log_base(10)),
+    aten.log1p: _real_or_complex(jnp.log1p, c_log1p),
+    aten.sqrt: _real_or_complex(jnp.sqrt, c_sqrt), aten.rsqrt: lax.rsqrt,
     aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan, aten.asin: jnp.arcsin, aten.acos: jnp.arccos,
-    aten.atan: jnp.arctan, aten.sinh: jnp.sinh, aten.cosh: jnp.cosh, aten.tanh: jnp.tanh,
+    aten.atan: jnp.arctan, aten.sinh: jnp.sinh, aten.cosh: jnp.cosh, aten.tanh: _real_or_complex(jnp.tanh, c_tanh),
     aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh, aten.atanh: jnp.arctanh,
     aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: lambda x: _erfinv(x),
-    aten.sigmoid: jax.nn.sigmoid, aten.reciprocal: lambda x: 1 / x, aten.lgamma: jax.scipy.special.gammaln,
+    aten.sigmoid: _real_or_complex(jax.nn.sigmoid, c_sigmoid), aten.reciprocal: lambda x: 1 / x,
+    aten.lgamma: jax.scipy.special.gammaln,
     aten.digamma: lambda x: _digamma(x), aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
     aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
 }

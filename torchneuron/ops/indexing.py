@@ -201,8 +201,19 @@ def _index_copy_source_check(self, dim: int, index, source) -> None:
 @meta_check(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.index_fill.int_Scalar_out,
             aten.index_fill.int_Tensor_out, aten.index_fill_.int_Scalar, aten.index_fill_.int_Tensor)
 def _index_fill_meta_check(self, dim, index, value, **_):
+    """ATen's index_fill_ checks, then its CPU kernel's (IndexKernel.cpp
+    `index_fill_kernel`): a complex value, number or 0-dim tensor, fills only complex
+    tensors, 0j included (where `Scalar::to` would take a zero imaginary part). A 0-dim
+    tensor value of another dtype fills as its `item()` (the lowering checks that it
+    fits); PyTorch's reference passes it to index_copy, which refuses the dtype."""
     _vector_index(index, (torch.int64,), (RuntimeError, "Index has to be a vector/scalar"),
                   (IndexError, "index_fill_(): Expected dtype int64 for index."), dtype_first=True)
+    if (isinstance(value, complex) or (isinstance(value, torch.Tensor) and value.is_complex())) \
+            and not self.dtype.is_complex:
+        raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
+    if isinstance(value, torch.Tensor) and value.dtype != self.dtype:
+        return {"value": value.to(self.dtype)}
+    return None
 
 
 @meta_check(aten.masked_scatter.default, aten.masked_scatter.out, aten.masked_scatter_.default)
@@ -759,13 +770,24 @@ def put(self, index, source, accumulate=False):
 
 
 # ------------------------------------------------------------------ masked ops
-@meta_check(aten.masked_fill.Scalar, aten.masked_fill.Scalar_out)
+@meta_check(aten.masked_fill.Scalar, aten.masked_fill.Scalar_out, aten.masked_fill.Tensor,
+            aten.masked_fill.Tensor_out)
 def _masked_fill_meta_check(self, mask, value, **_):
     """PyTorch's Python meta kernel converts `value` with int(): ValueError/OverflowError
-    for NaN/inf on integer tensors, where CPU raises its overflow RuntimeError.
-    (Symbolic values of traced graphs are left to PyTorch.)"""
+    for NaN/inf on integer tensors, where CPU raises its overflow RuntimeError. It also
+    refuses every complex value (number or 0-dim tensor) for a real tensor, where CPU
+    reads it with `Scalar::to` (of `value.item()` for a tensor): a zero imaginary part
+    passes as the real part, and any value fills a bool tensor (nonzero: True). The
+    lowering checks the imaginary part (`check_scalar`). (Symbolic values of traced
+    graphs are left to PyTorch.)"""
     if isinstance(value, (bool, int, float, complex)):
         check_scalar(value, dtypes.to_jax(self.dtype))
+    elif not isinstance(value, torch.Tensor):
+        return None
+    if (isinstance(value, complex) or (isinstance(value, torch.Tensor) and value.is_complex())) \
+            and not self.dtype.is_complex:
+        return {"value": value != 0 if self.dtype == torch.bool else value.real}
+    return None
 
 
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)

@@ -9,8 +9,9 @@ it), and ATen's kernels choose it in a handful of ways, each a shared rule of
 
 - TensorIterator loops, and `empty_like(self)` of a dense input, take the inputs' layout
   (`elementwise_layout`). Pointwise-tagged ops get that rule without an entry
-  (`registry.laid_out`); listed here are TensorIterator kernels without the tag, and
-  the tagged ops whose kernels allocate otherwise.
+  (`registry.laid_out`); listed here are TensorIterator kernels without the tag, the
+  tagged ops whose kernels allocate otherwise, and the kernels whose iterators take
+  their operands in another order than the schema's (`iterator_layout`).
 - `empty_like(self, MemoryFormat::Contiguous)`, `LEGACY_CONTIGUOUS_MEMORY_FORMAT`,
   `at::empty(sizes)` resized without a memory format: contiguous whatever the input
   (`contiguous_layout`).
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from .registry import contiguous_layout, elementwise_layout, meta_layout, out_layout, suggested_layout
+from .registry import (contiguous_layout, elementwise_layout, elementwise_strides, iterator_layout, meta_layout,
+                       out_layout, promoted, suggested_layout)
 
 aten = torch.ops.aten
 
@@ -47,6 +49,50 @@ def _clone_layout(self, memory_format=None):
 # TensorIterator lays out as its inputs): no pointwise tag.
 meta_layout(aten.floor_divide.default, aten.floor_divide.Scalar, aten.complex.default, aten.polar.default,
             aten.native_dropout_backward.default, aten.soft_margin_loss_backward.default)(elementwise_layout)
+
+
+# Activation.cpp's gradients, TensorIterators over (grad_output, self) as the schema
+# orders them: `hardtanh_backward` and `hardswish_backward`
+# (`TensorIterator::borrowing_binary_op(grad_input, grad_output, self)`), `mish_backward`
+# (`TensorIterator::binary_op` into `at::empty({0})`), and the structured meta functions
+# of elu, softplus, hardsigmoid, hardshrink and softshrink's (`build_borrowing_binary_op(
+# maybe_get_output(), grad_output, self)`): no pointwise tag, and PyTorch's references
+# of hardtanh's and hardswish's iterate over self first (`where(self <= min_val, ...)`).
+meta_layout(aten.hardtanh_backward.default, aten.hardswish_backward.default, aten.mish_backward.default,
+            aten.elu_backward.default, aten.softplus_backward.default, aten.hardsigmoid_backward.default,
+            aten.hardshrink_backward.default, aten.softshrink_backward.default)(elementwise_layout)
+
+
+@meta_layout(aten.threshold_backward.default)
+def _threshold_backward_layout(grad_output, self, threshold):
+    """Activation.cpp `TORCH_META_FUNC(threshold_backward)` (ReLU's gradient): the
+    iterator takes `add_const_input(self).add_const_input(grad)`, self first."""
+    return iterator_layout(self, grad_output)
+
+
+@meta_layout(aten.leaky_relu_backward.default)
+def _leaky_relu_backward_layout(grad_output, self, negative_slope, self_is_result):
+    """Activation.cpp `TORCH_META_FUNC(leaky_relu_backward)`:
+    `build_borrowing_binary_op(maybe_get_output(), self_or_result, grad_output)`."""
+    return iterator_layout(self, grad_output)
+
+
+@meta_layout(aten.log_sigmoid_backward.default)
+def _log_sigmoid_backward_layout(grad_output, self, buffer):
+    """Activation.cpp `log_sigmoid_backward_cpu`: the iterator writes into
+    `at::empty_like(grad_output)` (grad_output's strides if dense, else its suggested
+    memory format), which it does not restride."""
+    return lambda out: torch.empty_like(grad_output).stride()
+
+
+@meta_layout(aten.where.self)
+def _where_layout(condition, self, other):
+    """TensorCompare.cpp `where_self_out`: self and other are cast to their result type
+    (`self.to(result_type)`) before the iterator over (condition, self, other), the
+    condition is not: a broadcast condition keeps its vote where a broadcast bool
+    operand of `mul` is promoted."""
+    dtype = torch.result_type(self, other)
+    return lambda out: elementwise_strides(out.shape, [condition, promoted(self, dtype), promoted(other, dtype)])
 
 
 # ------------------------------------------------------------------ contiguous
@@ -72,16 +118,26 @@ meta_layout(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tens
 # `multi_margin_loss_cpu_backward` and FractionalMaxPool3d.cpp
 # `fractional_max_pool3d_backward_cpu` (`at::empty({0})` resized by `resize_as_(input)`
 # without a memory format); LossMultiLabelMargin.cpp
-# `multilabel_margin_loss_backward_cpu` and Loss.cpp `mse_loss_backward`,
-# `smooth_l1_loss_backward` (`at::zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`),
-# `huber_loss_backward` (`at::zeros_like(input, MemoryFormat::Contiguous)`), each then
-# written by a TensorIterator; LossCTC.cpp `ctc_loss_backward_cpu_template`
+# `multilabel_margin_loss_backward_cpu` (`at::zeros_like(input,
+# LEGACY_CONTIGUOUS_MEMORY_FORMAT)`); LossCTC.cpp `ctc_loss_backward_cpu_template`
 # (`at::full_like(log_probs, neginf, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`).
 meta_layout(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
             aten.multi_margin_loss_backward.default, aten.multilabel_margin_loss_backward.default,
-            aten.fractional_max_pool3d_backward.default, aten.mse_loss_backward.default,
-            aten.smooth_l1_loss_backward.default, aten.huber_loss_backward.default,
-            aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)(contiguous_layout)
+            aten.fractional_max_pool3d_backward.default, aten._ctc_loss_backward.default,
+            aten._ctc_loss_backward.Tensor)(contiguous_layout)
+
+
+@meta_layout(aten.mse_loss_backward.default, aten.smooth_l1_loss_backward.default, aten.huber_loss_backward.default)
+def _pointwise_loss_backward_layout(grad_output, self, target, reduction, *args, **kwargs):
+    """Loss.cpp `mse_loss_backward`, `smooth_l1_loss_backward` (`at::zeros_like(input,
+    LEGACY_CONTIGUOUS_MEMORY_FORMAT)`) and `huber_loss_backward` (`at::zeros_like(input,
+    MemoryFormat::Contiguous)`), written by a TensorIterator over (input, target,
+    grad_output): contiguous, unless target or grad_output broadcast the input to a
+    larger shape, when the iterator resizes the gradient to that shape in its own
+    layout."""
+    if torch.broadcast_shapes(grad_output.shape, self.shape, target.shape) == self.shape:
+        return contiguous_layout()
+    return iterator_layout(self, target, grad_output)
 
 
 # ------------------------------------------------------------------ the input's suggested format

@@ -197,9 +197,10 @@ def mse_loss(self, target, reduction=_MEAN):
 
 @lowering(aten.mse_loss_backward.default)
 def mse_loss_backward(grad_output, self, target, reduction):
-    """aten::mse_loss_backward: 2 (x - t) g, divided by numel for mean."""
+    """aten::mse_loss_backward: 2 (x - t) g, divided for mean by the input's numel
+    (Loss.cpp `mse_loss_backward_out`: `input.numel()`, not the broadcast shape's)."""
     d = _acc(self) - _acc(target)
-    norm = 2.0 / d.size if reduction == _MEAN and d.size else 2.0
+    norm = 2.0 / self.size if reduction == _MEAN and self.size else 2.0
     return norm * d * _acc(grad_output)
 
 
@@ -291,9 +292,10 @@ def smooth_l1_loss(self, target, reduction=_MEAN, beta=1.0):
 @lowering(aten.smooth_l1_loss_backward.default, static=("beta",))
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
     """aten::smooth_l1_loss_backward: -g / g / d g / beta for d <= -beta / d >= beta /
-    between (CPU's order of cases, so beta == 0 and d == 0 gives -g)."""
+    between (CPU's order of cases, so beta == 0 and d == 0 gives -g); for mean, g
+    divided by the input's numel, as Loss.cpp's kernel (not the broadcast shape's)."""
     d = _acc(self) - _acc(target)
-    g = _grad_scale(grad_output, d.size, reduction)
+    g = _grad_scale(grad_output, self.size, reduction)
     inner = d * g / beta if beta != 0 else jnp.zeros_like(d)
     return jnp.where(d <= -beta, -g, jnp.where(d >= beta, g, inner))
 
@@ -307,10 +309,24 @@ def huber_loss(self, target, reduction=_MEAN, delta=1.0):
 
 @lowering(aten.huber_loss_backward.default, static=("delta",))
 def huber_loss_backward(grad_output, self, target, reduction, delta):
-    """aten::huber_loss_backward: -delta g / delta g / d g by CPU's case order."""
+    """aten::huber_loss_backward: -delta g / delta g / d g by CPU's case order; for
+    mean, g divided by the input's numel, as Loss.cpp's kernel."""
     d = _acc(self) - _acc(target)
-    g = _grad_scale(grad_output, d.size, reduction)
+    g = _grad_scale(grad_output, self.size, reduction)
     return jnp.where(d <= -delta, -delta * g, jnp.where(d >= delta, delta * g, d * g))
+
+
+@meta_check(aten.mse_loss_backward.default, aten.mse_loss_backward.grad_input, aten.smooth_l1_loss_backward.default,
+            aten.smooth_l1_loss_backward.grad_input, aten.huber_loss_backward.default, aten.huber_loss_backward.out)
+def _empty_mean_loss_backward_meta_check(grad_output, self, target, reduction, *_, **__):
+    """PyTorch's Python kernels of these (torch/_decomp/decompositions.py), which the
+    executor and fake tensors run for the shape, divide by `self.numel()` for a mean
+    reduction in Python: ZeroDivisionError for an empty input, where CPU's kernels
+    (Loss.cpp) give an empty gradient. The reduction does not change the gradient's
+    shape or dtype, so those kernels see a sum instead."""
+    if reduction == _MEAN and self.numel() == 0:
+        return {"reduction": _SUM}
+    return None
 
 
 def _loss_backward(forward, grad_output, self, reduction):
@@ -536,11 +552,9 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
             updates = {"running_mean": running_mean, "running_var": running_var}
         invstd = lax.rsqrt(_acc(running_var) + eps)
         x_hat = (x - _channel_view(running_mean, x.ndim)) * _channel_view(invstd, x.ndim)
-        # The (C,) statistics PyTorch's meta kernels and decompositions give for every
-        # device but the CPU (whose kernel returns empty ones): the running mean and its
-        # invstd, as CUDA and compiled graphs return them.
-        save_mean = jnp.broadcast_to(_acc(running_mean), ctx.out(1).shape)
-        save_invstd = jnp.broadcast_to(invstd, ctx.out(2).shape)
+        # Empty, as CPU's kernel returns them in eval mode (`_cpu_eval_statistics`).
+        save_mean = jnp.zeros(ctx.out(1).shape, ctx.out(1).dtype)
+        save_invstd = jnp.zeros(ctx.out(2).shape, ctx.out(2).dtype)
     out = x_hat
     if weight is not None:
         out = out * _channel_view(weight, x.ndim)
@@ -553,8 +567,7 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """aten::native_batch_norm: (out, save_mean (C,), save_invstd (C,)); in training
     updates running_mean/running_var in place (ATen's schema does not declare it, CPU
-    does it). In eval save_mean/save_invstd are the running mean and its invstd, of
-    shape (C,) as PyTorch's meta kernel gives for non-CPU devices (CPU's are empty)."""
+    does it). In eval save_mean/save_invstd are empty, as CPU's (`_cpu_eval_statistics`)."""
     out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return (out, m, s), updates
 
@@ -572,6 +585,48 @@ def _bn_stats_dtype(input, *params):
     mixed = input.dtype in (torch.float16, torch.bfloat16) and any(
         p is not None and p.dtype == torch.float32 for p in params)
     return torch.float32 if mixed else input.dtype
+
+
+def _cpu_eval_statistics(inner):
+    """PyTorch's meta kernel `inner` of a batch norm taking `training`, except that in
+    eval mode save_mean and save_invstd are empty, as Normalization.cpp
+    `batch_norm_cpu` returns them (`at::empty({0})`, in `_bn_stats_dtype`), for
+    tensors laid out as CPU's (`device_hint`: meta stand-ins of `neuron` tensors, fake
+    tensors on `neuron` or the CPU). PyTorch's kernel gives the running mean and invstd,
+    (C,), as CUDA does, and keeps that for other meta tensors."""
+    def meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
+        out = inner(input, weight, bias, running_mean, running_var, training, momentum, eps)
+        # Looked up at the call: `eager.meta_device.install` replaces the module's function.
+        if training or torch._meta_registrations.device_hint(input) != "cpu":
+            return out
+        dtype = _bn_stats_dtype(input, weight, bias, running_mean, running_var)
+        return (out[0], input.new_empty((0,), dtype=dtype), input.new_empty((0,), dtype=dtype), *out[3:])
+    return meta
+
+
+for _op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+            aten._native_batch_norm_legit_functional.default):
+    meta_kernel(_op)(_cpu_eval_statistics(_python_meta(_op)))
+
+
+def _batch_norm_reserve_meta(update):
+    """The meta kernel of `_batch_norm_with_update` (`update`) or `_batch_norm_no_update`:
+    Normalization.cpp's CPU kernels run `batch_norm_cpu` and return an empty uint8
+    reserve (`at::empty({0}, input.options().dtype(kByte))`). PyTorch's asks
+    `torch._C._select_batch_norm_backend` for the reserve's size, which refuses a
+    missing weight or bias (TypeError) where CPU normalizes without them."""
+    def meta(input, weight, bias, running_mean, running_var, momentum, eps):
+        if running_mean is None:  # no_update without running statistics: the batch's (the lowering's)
+            out = aten._native_batch_norm_legit.no_stats(input, weight, bias, True, momentum, eps)
+        else:
+            out = aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, update,
+                                                        momentum, eps)
+        return (*out, input.new_empty((0,), dtype=torch.uint8))
+    return meta
+
+
+meta_kernel(aten._batch_norm_with_update.default)(_batch_norm_reserve_meta(True))
+meta_kernel(aten._batch_norm_no_update.default)(_batch_norm_reserve_meta(False))
 
 
 @host_kernel(aten._native_batch_norm_legit.out)
@@ -1914,6 +1969,51 @@ _resample_lowerings(aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2
                     "compute_index_ranges_weights")
 
 
+_NEAREST_UPSAMPLES = (aten.upsample_nearest1d.default, aten.upsample_nearest2d.default,
+                      aten.upsample_nearest3d.default, aten._upsample_nearest_exact1d.default,
+                      aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact3d.default)
+_UPSAMPLES = _NEAREST_UPSAMPLES + (aten.upsample_linear1d.default, aten.upsample_bilinear2d.default,
+                                   aten.upsample_trilinear3d.default, aten.upsample_bicubic2d.default,
+                                   aten._upsample_bilinear2d_aa.default, aten._upsample_bicubic2d_aa.default)
+
+
+def _nearest_upsample_meta(inner):
+    """PyTorch's meta kernel of the nearest upsamplings hands `torch._check` the int of
+    its "Non-empty" condition (`numel != 0 or prod(sizes[1:])`): TypeError for an empty
+    batch, which CPU upsamples (to an empty batch). That kernel sees a batch of one."""
+    def meta(input, output_size, *scales):
+        if input.numel() or not math.prod(input.shape[1:]):
+            return inner(input, output_size, *scales)
+        one = torch.empty_strided((1, *input.shape[1:]), input.stride(), dtype=input.dtype, device=input.device)
+        out = inner(one, output_size, *scales)
+        return torch.empty_strided((0, *out.shape[1:]), out.stride(), dtype=out.dtype, device=out.device)
+    return meta
+
+
+for _op in _NEAREST_UPSAMPLES:
+    meta_kernel(_op)(_nearest_upsample_meta(_python_meta(_op)))
+
+
+@meta_check(*_UPSAMPLES)
+def _upsample_sizes_meta_check(input, output_size, *_, **__):
+    """CPU's upsample checks of an empty input (UpSample.h `upsample_Nd_common_check`, then
+    the kernels' meta functions), in CPU's order and words: spatial sizes, then
+    "Non-empty" for zero channels. PyTorch's meta kernels check in the other order, and
+    the nearest ones raise TypeError (`_nearest_upsample_meta`)."""
+    if input.numel():
+        return
+    nsp = len(output_size)
+    sizes = list(input.shape[2:])
+    if 0 in sizes or 0 in list(output_size):
+        dims = "DHW"[-nsp:]
+        raise RuntimeError("Input and output sizes should be greater than 0, but got input ("
+                           + ", ".join(f"{d}: {n}" for d, n in zip(dims, sizes)) + ") output ("
+                           + ", ".join(f"{d}: {n}" for d, n in zip(dims, output_size)) + ")")
+    if not math.prod(input.shape[1:]):
+        raise RuntimeError(f"Non-empty {input.dim()}D data tensor expected but got a tensor with sizes "
+                           f"{list(input.shape)}")
+
+
 # ------------------------------------------------------------------ attention
 def _sdpa_key(philox_seed, philox_offset):
     return jax.random.wrap_key_data(jnp.stack([philox_seed, philox_offset]).astype(jnp.uint32))
@@ -2080,6 +2180,17 @@ def replication_pad_backward(grad_output, self, padding):
     """aten::replication_pad{1,2,3}d_backward: the transpose of replication padding (each
     edge element collects the gradients of its copies); self's shape and dtype."""
     return _transpose_of(lambda x: _replicate(x, padding), self, grad_output).astype(self.dtype)
+
+
+@lowering(aten.reflection_pad1d_backward.default, aten.reflection_pad2d_backward.default,
+          aten.reflection_pad3d_backward.default)
+def reflection_pad_backward(grad_output, self, padding):
+    """aten::reflection_pad{1,2,3}d_backward: the transpose of reflection padding (each
+    element collects the gradients of its mirror images); self's shape and dtype. Lowered
+    rather than left to PyTorch's decomposition, which a compiled graph would inline:
+    the op then keeps CPU's layout there as in eager (`layouts._grad_input_layout`, a
+    channels_last input's)."""
+    return _transpose_of(lambda x: _reflect(x, padding), self, grad_output).astype(self.dtype)
 
 
 # ------------------------------------------------------------------ CTC loss

@@ -284,7 +284,8 @@ LAYOUTS: Dict[torch._ops.OpOverload, Callable] = {}
 #: A layout (`meta_layout`): TensorIterator's, as CPU's elementwise kernels and
 #: `empty_like(..., MemoryFormat::Preserve)` of dense inputs lay outputs out: the tensor
 #: arguments' dims ordered by their strides (broadcast dims, stride 0, do not vote), so
-#: a transposed or channels_last input gives a transposed or channels_last output.
+#: a transposed or channels_last input gives a transposed or channels_last output; in
+#: schema order, each `promoted` to their common dtype (`iterator_layout`).
 ELEMENTWISE = "elementwise"
 
 
@@ -297,9 +298,10 @@ def meta_layout(*ops):
     meta kernel lays it out), a `torch.memory_format`, `ELEMENTWISE`, a tuple of
     strides, or a function of the meta output giving its strides; or one such value for
     every output. The shared rules (`contiguous_layout`, `suggested_layout`,
-    `elementwise_layout`) name the ATen allocations they stand for. The eager executor
-    and the decomposition path lay new outputs out so (`laid_out`), and so do fake
-    tensors on `neuron` in compiled graphs (`eager.meta_device`). Returns `layout`."""
+    `elementwise_layout`, `iterator_layout`) name the ATen allocations they stand
+    for. The eager executor and the decomposition path lay new outputs out so
+    (`laid_out`), and so do fake tensors on `neuron` in compiled graphs
+    (`eager.meta_device`). Returns `layout`."""
     def register(layout):
         for op in ops:
             LAYOUTS[op] = layout
@@ -352,10 +354,12 @@ def elementwise_layout(*args, **kwargs):
 
 def elementwise_strides(shape, tensors) -> Tuple[int, ...]:
     """The strides TensorIterator gives an output of `shape` computed from `tensors`
-    (broadcast to `shape`; those that do not broadcast are left out): PyTorch's model
-    of its stride permutation (`compute_elementwise_output_strides`), asked with at
-    least two operands so that a single non-dense input (a slice with a step) is
-    ordered by its strides as TensorIterator orders it, not made contiguous."""
+    (broadcast to `shape`; those that do not broadcast are left out), in the order the
+    kernel adds them to its iterator (the first operand whose strides order two dims
+    decides them): PyTorch's model of its stride permutation
+    (`compute_elementwise_output_strides`), asked with at least two operands so that a
+    single non-dense input (a slice with a step) is ordered by its strides as
+    TensorIterator orders it, not made contiguous."""
     from torch._prims_common import compute_elementwise_output_strides
 
     ops = []
@@ -367,6 +371,46 @@ def elementwise_strides(shape, tensors) -> Tuple[int, ...]:
     if len(shape) < 2 or not ops:
         return torch.empty(shape, device="meta").stride()
     return tuple(compute_elementwise_output_strides(*ops, ops[0]))
+
+
+def promoted(tensor, dtype):
+    """`tensor` as the operand CPU's TensorIterator orders dims by once it promotes its
+    inputs to the common `dtype` (TensorIterator.cpp `compute_types`, on CPU with
+    `promote_inputs_to_common_dtype`): an operand of another dtype is replaced by
+    `tensor.to(dtype)` before the output's strides are computed, a copy laid out as
+    `empty_like(tensor)` (its strides if dense; else its suggested memory format, so a
+    broadcast (expanded) or sliced operand votes as a contiguous one)."""
+    return tensor if tensor.dtype == dtype else torch.empty_like(tensor, dtype=dtype)
+
+
+def common_dtype(tensors, result_dtype):
+    """The common dtype of CPU's TensorIterator over `tensors` (`compute_common_dtype`:
+    their promoted type, 0-dim operands of a lower category not raising it) for a
+    result of `result_dtype`; integral operands of a floating result are promoted to it
+    (`promote_integer_inputs_to_float`: true division, sin of an integer tensor, a
+    Python float operand)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    if all(t.dtype == result_dtype for t in tensors):  # nothing to promote (bit types have no promotion rules)
+        return result_dtype
+    dtype, _ = elementwise_dtypes(*tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH)
+    if not (dtype.is_floating_point or dtype.is_complex) and (result_dtype.is_floating_point
+                                                               or result_dtype.is_complex):
+        return result_dtype
+    return dtype
+
+
+def iterator_layout(*operands):
+    """CPU's kernel is a TensorIterator over `operands`, in this order (its
+    `add_const_input` calls, `borrowing_binary_op(out, a, b)`), which is not the
+    schema's (threshold_backward's iterates over self, then grad_output): a layout for
+    `meta_layout` giving the output `elementwise_strides` of the operands, each
+    `promoted` to their `common_dtype`."""
+    def strides(out):
+        dtype = common_dtype(operands, out.dtype) if operands else out.dtype
+        return elementwise_strides(out.shape, [promoted(t, dtype) for t in operands])
+
+    return strides
 
 
 def _tensors(values) -> list:
@@ -411,7 +455,7 @@ def laid_out(op, outs: list, args, kwargs) -> list:
         if fmt is ELEMENTWISE:
             if tensors is None:
                 tensors = _tensors(list(args) + list(kwargs.values()))
-            stride = tuple(elementwise_strides(o.shape, tensors))
+            stride = tuple(iterator_layout(*tensors)(o))
         elif isinstance(fmt, tuple) or callable(fmt):  # strides, or a function of the meta output giving them
             stride = tuple(fmt(o)) if callable(fmt) else fmt
         else:
