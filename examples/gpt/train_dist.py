@@ -16,7 +16,8 @@ backend `neuron` (gloo for `--device cpu`). `--parallel`:
   whole batch.
 
 Every rank draws the same global batches (the same seeded generator as `train.py`), so
-the losses equal those of one process training on the whole batch. Rank 0 prints the
+the losses equal those of one process training on the whole batch. Gradient clipping
+(`--grad-clip`) applies to ddp and fsdp only, so tp's losses differ from theirs. Rank 0 prints the
 mean loss of each step.
 """
 from __future__ import annotations
