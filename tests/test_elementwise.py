@@ -429,9 +429,12 @@ def test_complex_log1p_of_tiny_values_as_cpu(dtype):
     """log1p(z) for |z| near 1e-30 (and 1e-300 in complex128): 1 + z rounds to 1, and
     c10's log1p returns z itself (no imaginary part: also its real part) or log(1 + z)
     times z / ((1 + z) - 1); neuron's log1p gave -inf for log1p(-1 + 1e-30i) and dropped
-    the real part of log1p(1e-30 + 1e-30i)."""
+    the real part of log1p(1e-30 + 1e-30i). A huge imaginary part (past 1 / FLT_MIN or
+    1 / DBL_MIN) made the correction's divisor reciprocal subnormal, flushed to 0 (a
+    review found log1p(0.1 + 1e38i) = 0)."""
     tiny = [1e-30, -1e-30, 1e-8] + ([1e-300, -1e-300] if dtype == torch.complex128 else [])
-    values = [complex(a, b) for a in tiny + [-1.0, 0.0] for b in tiny + [0.0, float("inf"), -float("inf")]]
+    huge = [1e38, -9e37] if dtype == torch.complex64 else [1e308, -5e307]
+    values = [complex(a, b) for a in tiny + [-1.0, 0.0, 0.1] for b in tiny + huge + [0.0, float("inf"), -float("inf")]]
     z = torch.tensor(values, dtype=dtype)
     rtol = 1e-13 if dtype == torch.complex128 else 4e-6
     with no_fallback():

@@ -808,3 +808,26 @@ def test_convolution_parameter_lists_match_the_spatial_dims(params):
     with pytest.raises(RuntimeError) as neuron:
         torch.ops.aten.convolution(x.to("neuron"), w.to("neuron"), None, *params, 1)
     assert str(neuron.value) == str(cpu.value)
+
+
+_BN_EMPTY = {  # (input, weight, bias, running_mean, running_var) -> the op's call
+    "native_batch_norm": lambda x, w, b, m, v: torch.ops.aten.native_batch_norm(x, w, b, m, v, True, 0.1, 1e-5),
+    "native_batch_norm_no_weight": lambda x, w, b, m, v: torch.ops.aten.native_batch_norm(x, None, None, m, v, True,
+                                                                                          0.1, 1e-5),
+    "legit": lambda x, w, b, m, v: torch.ops.aten._native_batch_norm_legit(x, w, b, m, v, True, 0.1, 1e-5),
+    "legit_no_stats": lambda x, w, b, m, v: torch.ops.aten._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5),
+    "with_update_no_weight": lambda x, w, b, m, v: torch.ops.aten._batch_norm_with_update(x, None, None, m, v, 0.1,
+                                                                                         1e-5),
+    "with_update": lambda x, w, b, m, v: torch.ops.aten._batch_norm_with_update(x, w, b, m, v, 0.1, 1e-5),
+    "no_update": lambda x, w, b, m, v: torch.ops.aten._batch_norm_no_update(x, w, b, m, v, 0.1, 1e-5),
+    "eval": lambda x, w, b, m, v: torch.ops.aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5),
+    "functional_train": lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BN_EMPTY))
+def test_batch_norm_of_an_empty_batch_raises_or_computes_as_cpu(name):
+    # CPU's batch_norm_cpu refuses batch statistics of no element; a review found the
+    # ops computing on neuron (F.batch_norm returns before them, on both).
+    args = (torch.randn(0, 3, 4, 4), torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
+    check_like_cpu(_BN_EMPTY[name], *args)

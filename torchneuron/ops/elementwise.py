@@ -872,14 +872,16 @@ def _clogf_re(x):
 def c_div(a, b):
     """c10::complex's quotient (c10/util/complex.h `operator/=`, NumPy's algorithm):
     scaled by the ratio of the divisor's smaller part to its larger one; a zero divisor
-    gives the parts divided by zeros (inf or NaN)."""
+    gives the parts divided by zeros (inf or NaN). c10 multiplies by the reciprocal of
+    the scaled divisor; here the parts are divided by it, as that reciprocal is
+    subnormal for a divisor past 1 / FLT_MIN and XLA:CPU flushes it to zero."""
     (ar, ai), (br, bi) = _parts(a), _parts(b)
     real_major = jnp.abs(br) >= jnp.abs(bi)
     zero = (br == 0) & (bi == 0)
     rat = jnp.where(real_major, bi / br, br / bi)
-    scl = 1 / jnp.where(real_major, br + bi * rat, bi + br * rat)
-    re = jnp.where(real_major, (ar + ai * rat) * scl, (ar * rat + ai) * scl)
-    im = jnp.where(real_major, (ai - ar * rat) * scl, (ai * rat - ar) * scl)
+    den = jnp.where(real_major, br + bi * rat, bi + br * rat)
+    re = jnp.where(real_major, ar + ai * rat, ar * rat + ai) / den
+    im = jnp.where(real_major, ai - ar * rat, ai * rat - ar) / den
     re = jnp.where(zero, ar / jnp.abs(br), re)
     im = jnp.where(zero, ai / jnp.abs(bi), im)
     return lax.complex(re, im)

@@ -587,6 +587,20 @@ def _bn_stats_dtype(input, *params):
     return torch.float32 if mixed else input.dtype
 
 
+def _check_batch_statistics(input, training) -> None:
+    """Normalization.cpp `batch_norm_cpu`: statistics of the batch (`training`) need an
+    element, RuntimeError otherwise, for CPU-laid-out tensors (`device_hint`, as
+    `_cpu_eval_statistics`). F.batch_norm returns an empty batch before it reaches
+    these ops, on CPU and here."""
+    if training and input.numel() == 0 and torch._meta_registrations.device_hint(input) == "cpu":
+        raise RuntimeError(f"input tensor must have at least one element, but got input_sizes = {list(input.shape)}")
+
+
+@meta_check(aten._native_batch_norm_legit.no_stats)
+def _batch_statistics_meta_check(input, weight, bias, training, momentum, eps, **_):
+    _check_batch_statistics(input, training)
+
+
 def _cpu_eval_statistics(inner):
     """PyTorch's meta kernel `inner` of a batch norm taking `training`, except that in
     eval mode save_mean and save_invstd are empty, as Normalization.cpp
@@ -595,6 +609,7 @@ def _cpu_eval_statistics(inner):
     tensors on `neuron` or the CPU). PyTorch's kernel gives the running mean and invstd,
     (C,), as CUDA does, and keeps that for other meta tensors."""
     def meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
+        _check_batch_statistics(input, training)
         out = inner(input, weight, bias, running_mean, running_var, training, momentum, eps)
         # Looked up at the call: `eager.meta_device.install` replaces the module's function.
         if training or torch._meta_registrations.device_hint(input) != "cpu":
