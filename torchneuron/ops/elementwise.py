@@ -840,13 +840,11 @@ def c_pow(x, y):
 
 
 def _clogf(x):
-    """glibc's clogf: log|x| as `_clogf_re`, the argument atan2(im, re) (XLA's, as in
-    its complex log); an infinite part gives inf + atan2 i (inf + NaN i with a NaN
-    part), a NaN part otherwise NaN + NaN i (C99's special values, as `c_log`)."""
+    """glibc's clogf: `c_log` (its argument and C99's special values) with log|x| of a
+    finite x as `_clogf_re`."""
     re, im = _parts(x)
-    inf, nan = np.asarray(np.inf, re.dtype), np.asarray(np.nan, re.dtype)
-    mag = jnp.where(jnp.isinf(re) | jnp.isinf(im), inf, jnp.where(jnp.isnan(re) | jnp.isnan(im), nan, _clogf_re(x)))
-    return lax.complex(mag, jnp.arctan2(im, re))
+    r = c_log(x)
+    return lax.complex(jnp.where(jnp.isfinite(re) & jnp.isfinite(im), _clogf_re(x), jnp.real(r)), jnp.imag(r))
 
 
 def _clogf_re(x):
