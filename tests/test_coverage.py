@@ -66,6 +66,10 @@ def test_report_totals_and_markdown():
     assert (fwd["pairs"], fwd["pass_no_fallback"], fwd["pass_rate"]) == (2, 1, 0.5)
     md = report.markdown(rep)
     assert "Cases run per check (run of planned): opinfo forward 2 of 3." in md
+    assert "; 1 s; samples per case: 1)." in md
+    merged = dict(meta, samples_per_case=None, cases_by_samples_run={"with 1 sample": 2, "with more": 5})
+    assert "samples per case as each record ran: 2 cases with 1 sample, 5 cases with more)." in report.markdown(
+        report.build(report._judged(recs), [], core, merged))
     assert "1/2 (50.0%)" in md and "| histc | forward | float32 | fail | CPU fallback: aten.histc.default |" in md
     # expected failures a one-sample run does not reach are listed with their reasons
     for (name, check, dtype), first in expected.FIRST_FAILING_SAMPLE.items():

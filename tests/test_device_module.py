@@ -2,6 +2,8 @@
 Tensor/Module helpers, and the `torch_neuronx` compat module."""
 import importlib
 import importlib.util
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -205,3 +207,11 @@ def test_torch_neuronx_compat_module():
     assert importlib.util.find_spec("torch_neuronx") is not None
     mod = importlib.import_module("torch_neuronx")
     assert mod.fallback_ops is torchneuron.fallback_ops
+
+
+def test_a_submodule_imported_first_installs_the_backend():
+    # `import torchneuron.eager.executor` before torch: torch's autoload re-enters the
+    # package while the submodule is half-imported.
+    code = "import torchneuron.eager.executor, torch; print(torch.ones(2, device='neuron').sum().item())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "2.0", proc.stderr[-2000:]

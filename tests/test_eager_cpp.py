@@ -48,13 +48,17 @@ print(json.dumps(out))
 """
 
 
-def _run(cpp: bool) -> dict:
+def _start(cpp: bool) -> subprocess.Popen:
     env = dict(os.environ, TORCHNEURON_EAGER_CPP="1" if cpp else "0")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", _PROGRAM], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_lowered_ops_are_registered_from_the_cpp_kernel():
@@ -69,4 +73,6 @@ def test_lowered_ops_are_registered_from_the_cpp_kernel():
 
 
 def test_cpp_path_equals_python_executor_bit_for_bit():
-    assert _run(cpp=True) == _run(cpp=False)
+    # Both processes at once: each spends most of its time importing torch.
+    cpp, python = _start(cpp=True), _start(cpp=False)
+    assert _result(cpp) == _result(python)

@@ -1,3 +1,6 @@
+import itertools
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -466,3 +469,181 @@ def test_complex_pow_special_values_as_cpu(dtype):
         _same_complex(g, torch.pow(z, e), rtol)
     for b, g in zip((1 + 0j, 0j, -1 + 0j, 2.5 - 1j), got_base):
         _same_complex(g, torch.pow(b, z), rtol)
+
+
+_POW_EXPONENTS = [True, False, 0, 1, 2, 2.0, 0.5]
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int64, torch.float16, torch.float32],
+                         ids=str)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_pow_of_a_tensor_to_a_python_scalar_is_typed_as_on_cpu(dtype, compiled):
+    """pow.Tensor_Scalar, pow_.Scalar and pow.Tensor_Scalar_out: CPU types the result
+    `result_type(base, exponent)`, so a bool tensor to a bool exponent is bool (PyTorch's
+    Python meta kernel gave int64, and refused `pow_` and a bool out tensor); dtypes and
+    values as CPU's, or CPU's error."""
+    x = (torch.arange(12).reshape(3, 4) % 3).to(dtype)
+    fns = {
+        "functional": lambda t, e: t ** e,
+        "inplace": lambda t, e: t.clone().pow_(e),
+        "out_resized": lambda t, e: torch.pow(t, e, out=torch.empty(0, dtype=_pow_out_dtype(t, e), device=t.device)),
+        "out_bool": lambda t, e: torch.pow(t, e, out=torch.empty(3, 4, dtype=torch.bool, device=t.device)),
+    }
+    for (name, fn), e in itertools.product(fns.items(), _POW_EXPONENTS):
+        try:
+            want = fn(x, e)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                fn(x.to("neuron"), e)
+            continue
+        if compiled:
+            torch._dynamo.reset()
+        with no_fallback():
+            got = (torch.compile(fn, backend="neuron") if compiled else fn)(x.to("neuron"), e)
+        assert got.dtype == want.dtype, (name, e)
+        torch.testing.assert_close(got.cpu(), want, msg=f"{name} {e!r}")
+
+
+def _pow_out_dtype(t, e):
+    return torch.result_type(t, e)
+
+
+def _grid_parts(dtype, extreme=True):
+    """Real and imaginary parts of the complex special-value grids: zeros, units, the
+    overflow thresholds of cosh/exp (50 ... 800), and with `extreme` 1e-30, 1e30 and the
+    dtype's largest magnitude (1e38 or 1e308)."""
+    base = [0.0, 1.0, 0.5, 2.0, 50.0, 100.0, 400.0, 800.0, float("inf")]
+    if extreme:
+        base += [1e-30, 1e30, 1e38 if dtype == torch.complex64 else 1e308]
+    return base + [-v for v in base] + [float("nan"), math.pi]
+
+
+def _complex_grid(dtype, extreme=True):
+    parts = _grid_parts(dtype, extreme)
+    return torch.tensor([complex(a, b) for a in parts for b in parts], dtype=dtype)
+
+
+def _complex_mismatch(actual, expected, rtol):
+    """Elementwise: True where `actual` differs from `expected` beyond `rtol` (of the
+    larger of the modulus and the part), in NaN-ness, or where `expected`'s part is
+    infinite or zero, in value and sign."""
+    if not expected.is_complex():
+        actual, expected = torch.complex(actual, torch.zeros_like(actual)), \
+            torch.complex(expected, torch.zeros_like(expected))
+    actual, expected = actual.to(torch.complex128), expected.to(torch.complex128)
+    scale = expected.abs().nan_to_num(0, 0, 0)
+    bad = torch.zeros(actual.shape, dtype=torch.bool)
+    for a, e in ((actual.real, expected.real), (actual.imag, expected.imag)):
+        bad |= torch.isnan(a) != torch.isnan(e)
+        bad |= torch.isinf(e) & (a != e)
+        bad |= torch.isinf(a) & ~torch.isinf(e)
+        bad |= (e == 0) & (a == 0) & (torch.signbit(a) != torch.signbit(e))
+        finite = torch.isfinite(a) & torch.isfinite(e)
+        bad |= finite & ((a - e).abs() > rtol * torch.maximum(scale, e.abs()))
+    return bad
+
+
+def _assert_like_cpu_or_flushed_cpu(fn, *args, rtol):
+    """fn on neuron against CPU, elementwise as CPU computes it or as CPU computes it
+    with subnormals flushed (`torch.set_flush_denormal(True)`: XLA:CPU flushes them,
+    the "subnormals flushed on XLA:CPU" platform difference)."""
+    with no_fallback():
+        got = fn(*[a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args]).cpu()
+    want = fn(*args)
+    torch.set_flush_denormal(True)
+    try:
+        want_flushed = fn(*args)
+    finally:
+        torch.set_flush_denormal(False)
+    bad = _complex_mismatch(got, want, rtol) & _complex_mismatch(got, want_flushed, rtol)
+    where = bad.nonzero()[:5, 0].tolist()
+    assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} differ, e.g. " + "; ".join(
+        f"{[a[i].item() if isinstance(a, torch.Tensor) and a.dim() else a for a in args]}: "
+        f"neuron {got[i].item()}, CPU {want[i].item()}" for i in where)
+
+
+_GRID_UNARY = [torch.rsqrt, torch.reciprocal, torch.sinh, torch.cosh, torch.sin, torch.cos, torch.tan, torch.atanh,
+               torch.asinh, torch.acosh, torch.acos, torch.asin, torch.atan, torch.abs]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", _GRID_UNARY, ids=lambda f: f.__name__)
+def test_complex_unary_special_value_grid_as_cpu(op, dtype):
+    """Complex unary functions over a 26 x 26 grid of parts (zeros of both signs, units,
+    1e-30, 1e30, the largest magnitudes, cosh's and exp's overflow thresholds, inf,
+    NaN): CPU calls glibc (csinh, ccosh, ccos = ccosh(iz), csin, ctan, casinh, cacos,
+    catanh, ...: C99 Annex G's special values, the sign of zeros kept), c10's quotient
+    for reciprocal and rsqrt (1 / csqrt(z)), hypot for abs, and for complex128 acos
+    (pi/2 + 0i) - casin(z) part by part. Neuron followed XLA's formulas: 4 (abs) to 98
+    (reciprocal) of these 676 values differed (sinh(1e30 + 0i) was inf + NaN i, acos(0.5 -
+    0i)'s imaginary part -0, atanh(1 + 1e-30i) inf)."""
+    rtol = 1e-5 if dtype == torch.complex64 else 1e-11
+    _assert_like_cpu_or_flushed_cpu(op, _complex_grid(dtype), rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", [torch.mul, torch.div, torch.add, torch.sub], ids=lambda f: f.__name__)
+def test_complex_binary_special_value_grid_as_cpu(op, dtype):
+    """Complex mul, div, add and sub over all pairs of a special-value grid, as CPU's
+    vectorized kernels compute them: c10's product (ac - bd) + (ad + bc) i without a
+    fused multiply-add, c10's quotient (NumPy's scaled division), and self + alpha *
+    other with alpha = 1 + 0i multiplied in (so 0 + (inf i) is NaN + inf i, and -0i -
+    0i is +0i). Neuron used XLA's product, quotient and sum: 6928 (mul, complex64; 8224
+    complex128) and 95482 (add, sub) of the 456976 pairs differed, and 4474 of div's
+    160000. (div's grid leaves out 1e-30, 1e30 and the largest magnitudes, whose
+    quotients have subnormal intermediates: the "subnormals flushed on XLA:CPU" platform
+    difference.)"""
+    z = _complex_grid(dtype, extreme=op is not torch.div)
+    a, b = z.repeat_interleave(len(z)), z.repeat(len(z))
+    rtol = 1e-5 if dtype == torch.complex64 else 1e-11
+    _assert_like_cpu_or_flushed_cpu(op, a, b, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", [torch.add, torch.sub], ids=lambda f: f.__name__)
+def test_complex_add_and_sub_with_scalars_and_alpha_as_cpu(op, dtype):
+    """add/sub of a complex tensor and a Python number, a 0-dim tensor or a tensor, with
+    alphas 1, 2, 1 + 0i, 0.5i and -1: CPU computes self + alpha * other with alpha a
+    complex number, always multiplied (sub negates alpha), so x + inf gives inf + NaN i
+    and x + (1e39 + 0i) in complex64 too (no overflow error: the number is converted
+    unchecked); neuron skipped alpha = 1 and gave inf + 0i."""
+    z = _complex_grid(dtype, extreme=False)
+    others = [complex(float("inf"), 0), complex(0, float("inf")), 1e39 + 0j, 2 - 1j, complex(float("nan"), 0),
+              float("inf"), 3]
+    rtol = 1e-5 if dtype == torch.complex64 else 1e-11
+    for other in others:
+        for alpha in (1, 2, 1 + 0j, 0.5j, -1):
+            _assert_like_cpu_or_flushed_cpu(lambda x, o: op(x, o, alpha=alpha), z, other, rtol=rtol)
+            _assert_like_cpu_or_flushed_cpu(lambda x, o: op(x, o, alpha=alpha), z, torch.tensor(other), rtol=rtol)
+            _assert_like_cpu_or_flushed_cpu(lambda o, x: op(x, o, alpha=alpha), torch.tensor(other), z, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_mul_and_div_by_numbers_as_cpu(dtype):
+    """A complex tensor times or divided by a Python number: the number is a complex
+    factor or divisor (c10's product and quotient), so (inf + 0i) * 2 is inf + NaN i."""
+    z = _complex_grid(dtype, extreme=False)
+    rtol = 1e-5 if dtype == torch.complex64 else 1e-11
+    for s in (2, 0.5, -1.0, 1j, 2 - 1j, float("inf"), 0.0):
+        _assert_like_cpu_or_flushed_cpu(torch.mul, z, s, rtol=rtol)
+        _assert_like_cpu_or_flushed_cpu(torch.div, z, s, rtol=rtol)
+
+
+_SCALAR_TENSOR_BITWISE = {
+    "and": lambda t: torch.bitwise_and(3, t),
+    "or": lambda t: torch.bitwise_or(True, t),
+    "xor": lambda t: torch.bitwise_xor(6, t),
+    "left_shift": lambda t: torch.bitwise_left_shift(1, t),
+    "right_shift": lambda t: torch.bitwise_right_shift(-64, t),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SCALAR_TENSOR_BITWISE))
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.uint8, torch.bool, torch.float32], ids=str)
+def test_bitwise_ops_with_a_python_number_first_as_cpu(name, dtype):
+    """bitwise_*.Scalar_Tensor (`torch.bitwise_and(3, x)`): CPU's composite kernel wraps
+    the number into a 0-dim tensor; it reached neuron's Tensor kernel as a Python number,
+    which PyTorch's meta call refused (RuntimeError for every dtype). Values, dtypes and
+    CPU's NotImplementedError for float (and bool shifts)."""
+    x = (torch.arange(12).reshape(3, 4) % 5).to(dtype)
+    check_like_cpu(_SCALAR_TENSOR_BITWISE[name], x)

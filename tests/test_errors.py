@@ -895,7 +895,7 @@ def test_threshold_reads_its_threshold_as_cpus_kernel(op):
             assert got[1] == want[1], (dtype, value)
 
 
-SCALAR_TENSOR_VALUES = [300, -1, -300, 70000.0, 1 + 0j, 1 + 1j, 1e5 + 0j, 2.5, -3.7, float("inf"), float("nan"),
+SCALAR_TENSOR_VALUES = [300, -1, -300, 70000.0, 1e39, 1 + 0j, 1 + 1j, 1e5 + 0j, 2.5, -3.7, float("inf"), float("nan"),
                         2 ** 40, True]
 SCALAR_TENSOR_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                         torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.bool]
@@ -905,8 +905,7 @@ SCALAR_TENSOR_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch
 def test_scalar_tensor_checks_its_value_as_cpu(dtype):
     """CPU's scalar_tensor refuses a value its dtype cannot hold (uint8 300, an imaginary
     part into a real type), but fills float16/bfloat16 unchecked (70000 gives inf);
-    neuron filled every value unchecked, so `torch.where(x_uint8 > 1, x, 300)` wrapped.
-    (1e39 into float32 is a listed known difference: traced float Scalars.)"""
+    neuron filled every value unchecked, so `torch.where(x_uint8 > 1, x, 300)` wrapped."""
     for value in SCALAR_TENSOR_VALUES:
         outcomes = []
         for device in ("cpu", "neuron"):
@@ -924,8 +923,158 @@ def test_scalar_tensor_checks_its_value_as_cpu(dtype):
 def test_where_with_a_number_the_tensor_cannot_hold_raises():
     for device in ("cpu", "neuron"):
         x = torch.tensor([1, 2, 3], dtype=torch.uint8, device=device)
-        # at the call on CPU; on neuron a traced Scalar is checked on the device, by the
-        # next synchronization
+        # at the call, on neuron too (a Python-number Scalar is checked on the host)
         with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
             torch.where(x > 1, x, 300).cpu()
         assert torch.where(x > 1, x, -1).tolist() == [255, 2, 3]  # c10 lets -1 wrap into unsigned types
+
+
+# Ops whose CPU kernels convert a Python-number Scalar with c10::checked_convert, each
+# given a fresh tensor of n elements of `dtype` and the Scalar `v`.
+def _ar(n, dtype, device):
+    return (torch.arange(n, device=device) % 5).to(dtype)
+
+
+CHECKED_SCALAR_OPS = {
+    "index_fill": lambda n, dt, v, d: _ar(n, dt, d).index_fill(0, torch.tensor([0], device=d), v),
+    "clamp_min": lambda n, dt, v, d: torch.clamp_min(_ar(n, dt, d), v),
+    "clamp_max": lambda n, dt, v, d: torch.clamp_max(_ar(n, dt, d), v),
+    "clamp_min_kw": lambda n, dt, v, d: torch.clamp(_ar(n, dt, d), min=v),
+    "clamp_max_kw": lambda n, dt, v, d: torch.clamp(_ar(n, dt, d), max=v),
+    "threshold": lambda n, dt, v, d: torch.threshold(_ar(n, dt, d), 1, v),
+    "fill_": lambda n, dt, v, d: _ar(n, dt, d).fill_(v),
+    "full": lambda n, dt, v, d: torch.full((n,), v, dtype=dt, device=d),
+    "scalar_tensor": lambda n, dt, v, d: torch.scalar_tensor(v, dtype=dt, device=d) + _ar(n, dt, d),
+    "where_scalar_other": lambda n, dt, v, d: torch.where(_ar(n, torch.int64, d) > 2, _ar(n, dt, d), v),
+    "masked_fill": lambda n, dt, v, d: _ar(n, dt, d).masked_fill(_ar(n, torch.int64, d) > 2, v),
+    "add_alpha": lambda n, dt, v, d: torch.add(_ar(n, dt, d), _ar(n, dt, d), alpha=v),
+    "sub_alpha": lambda n, dt, v, d: torch.sub(_ar(n, dt, d), _ar(n, dt, d), alpha=v),
+    "index_add_alpha": lambda n, dt, v, d: _ar(n, dt, d).index_add(0, torch.tensor([0, 2], device=d),
+                                                                    _ar(2, dt, d), alpha=v),
+    # float-only kernels (_FLOAT_ONLY); the activations read their Scalars as the compute
+    # type (float32 for the half types: float16 7e4 converts), the shrinks as the dtype
+    "leaky_relu": lambda n, dt, v, d: torch.nn.functional.leaky_relu(_ar(n, dt, d) - 2, v),
+    "elu_alpha": lambda n, dt, v, d: torch.ops.aten.elu(_ar(n, dt, d) - 2, v, 1, 1),
+    "elu_scale": lambda n, dt, v, d: torch.ops.aten.elu(_ar(n, dt, d) - 2, 1, v, 1),
+    "elu_input_scale": lambda n, dt, v, d: torch.ops.aten.elu(_ar(n, dt, d) - 2, 1, 1, v),
+    "celu": lambda n, dt, v, d: torch.nn.functional.celu(_ar(n, dt, d) - 2, v),
+    "softplus_beta": lambda n, dt, v, d: torch.nn.functional.softplus(_ar(n, dt, d), v),
+    "softplus_threshold": lambda n, dt, v, d: torch.nn.functional.softplus(_ar(n, dt, d), 1, v),
+    "rrelu_eval": lambda n, dt, v, d: torch.nn.functional.rrelu(_ar(n, dt, d) - 2, 0.1, v),
+    "hardshrink": lambda n, dt, v, d: torch.nn.functional.hardshrink(_ar(n, dt, d), v),
+    "leaky_relu_backward": lambda n, dt, v, d: torch.ops.aten.leaky_relu_backward(
+        _ar(n, dt, d), _ar(n, dt, d) - 2, v, False),
+    "hardtanh_backward": lambda n, dt, v, d: torch.ops.aten.hardtanh_backward(_ar(n, dt, d), _ar(n, dt, d), -1, v),
+    "hardshrink_backward": lambda n, dt, v, d: torch.ops.aten.hardshrink_backward(_ar(n, dt, d), _ar(n, dt, d), v),
+}
+_FLOAT_ONLY = {"leaky_relu", "elu_alpha", "elu_scale", "elu_input_scale", "celu", "softplus_beta",
+               "softplus_threshold", "rrelu_eval", "hardshrink", "leaky_relu_backward", "hardtanh_backward",
+               "hardshrink_backward"}
+# Values (not checks) that still differ from CPU's at these extreme Scalars.
+_VALUES_DIFFER = {("celu", torch.bfloat16, 3.3961e38), ("softplus_beta", torch.bfloat16, 3.3961e38),
+                  ("leaky_relu_backward", torch.float16, 7e4), ("leaky_relu_backward", torch.float16, 65520.0),
+                  ("hardtanh_backward", torch.float32, "nan"), ("hardshrink_backward", torch.float32, "nan")}
+CHECKED_SCALAR_VALUES = [
+    (torch.float32, 1e39), (torch.float32, -1e39), (torch.float32, 3.5e38), (torch.float32, float("inf")),
+    (torch.float32, float("nan")), (torch.bfloat16, 1e39), (torch.bfloat16, 3.3961e38),
+    (torch.bfloat16, -float("inf")), (torch.float16, 7e4), (torch.float16, 65520.0), (torch.float16, 65504.0),
+    (torch.int8, 300), (torch.uint8, 256), (torch.uint8, -1), (torch.int32, 2 ** 40),
+]
+_CHECKED_SIZES = iter(range(1000, 100000, 7))
+
+
+def _at_the_call(fn):
+    """(None, result on CPU) or (exception type, message) of what `fn` raises at the call."""
+    try:
+        out = fn()
+    except RuntimeError as exc:
+        return type(exc), str(exc)
+    return None, out.cpu()
+
+
+@pytest.mark.parametrize("dtype,value", CHECKED_SCALAR_VALUES, ids=str)
+@pytest.mark.parametrize("op", CHECKED_SCALAR_OPS, ids=str)
+def test_scalar_past_the_dtypes_range_raises_at_the_call_like_cpu(op, dtype, value):
+    """A Python-number Scalar CPU converts with checked_convert (float32 1e39, bfloat16
+    3.3961e38, float16 7e4, int8 300) raises "value cannot be converted to type float
+    without overflow" at the call, as on CPU: on a shape's first call, on the next
+    call of the cached executable (the C++ eager path), and once the executable was
+    compiled for a value that fits; infinities and NaN convert. Before, float32 and
+    bfloat16 Scalars went unchecked and the others raised only at the next sync (and
+    leaky_relu, elu, softplus, hardshrink, index_add's alpha, ... went unchecked)."""
+    if op in _FLOAT_ONLY and not dtype.is_floating_point:
+        pytest.skip("CPU's kernel takes floating types only")
+    if (op, dtype, "nan" if value != value else value) in _VALUES_DIFFER:
+        pytest.skip("the values differ from CPU's (no overflow involved)")
+    fn = CHECKED_SCALAR_OPS[op]
+    n = next(_CHECKED_SIZES)
+    want = _at_the_call(lambda: fn(n, dtype, value, "cpu"))
+    fits = 0.5 if isinstance(value, float) else 2
+    calls = [(n, value), (n, value), (n + 3, fits), (n + 3, value)]  # first, cached, warm with a fit, then
+    for i, (size, v) in enumerate(calls):
+        with no_fallback():
+            got = _at_the_call(lambda: fn(size, dtype, v, "neuron"))
+        if v is not value:
+            assert got[0] is None, got
+            continue
+        if want[0] is not None:
+            assert got == want, (i, got)
+        else:
+            assert got[0] is None, (i, got)
+            want_n = want[1] if size == n else fn(size, dtype, v, "cpu")
+            torch.testing.assert_close(got[1], want_n, equal_nan=True, rtol=0, atol=0)
+        torch.neuron.synchronize()
+
+
+@pytest.mark.parametrize("dtype,value", [(torch.float32, 1e39), (torch.bfloat16, -1e39), (torch.float16, 7e4),
+                                         (torch.int8, 300)], ids=str)
+@pytest.mark.parametrize("op", ["clamp_min", "fill_", "masked_fill", "add_alpha", "where_scalar_other"])
+def test_compiled_scalar_past_the_dtypes_range_raises_like_cpu(op, dtype, value):
+    """The same in compiled graphs: a constant Scalar, and one passed as an argument
+    (checked on the device, by the next synchronization). CPU's where fills a bfloat16
+    tensor's Scalar unchecked."""
+    fn = CHECKED_SCALAR_OPS[op]
+    want = _at_the_call(lambda: fn(5, dtype, value, "cpu"))
+    torch._dynamo.reset()
+    constant = torch.compile(lambda d: fn(5, dtype, value, d), backend="neuron")
+    argument = torch.compile(lambda d, v: fn(5, dtype, v, d), backend="neuron")
+    fits = 0.5 if isinstance(value, float) else 2
+    argument("neuron", fits).cpu()
+    for run in (lambda: constant("neuron"), lambda: argument("neuron", value)):
+        try:
+            got = None, run().cpu()
+        except RuntimeError as exc:  # Dynamo's TorchRuntimeError where fake tensors raise
+            got = RuntimeError, str(exc)
+        if want[0] is None:
+            assert got[0] is None, got
+            torch.testing.assert_close(got[1], want[1], equal_nan=True, rtol=0, atol=0)
+        else:
+            assert got[0] is RuntimeError and want[1] in got[1], got
+
+
+@pytest.mark.parametrize("dtype,alpha", [(torch.int32, 2 ** 31), (torch.int32, -2 ** 31), (torch.int8, 128),
+                                         (torch.int8, -128), (torch.uint8, 255), (torch.uint8, -256),
+                                         (torch.int16, -2 ** 15)], ids=str)
+def test_sub_checks_the_negated_alpha_like_cpu(dtype, alpha):
+    """CPU's sub adds with -alpha and converts -alpha: int32 sub(a, b, alpha=2**31)
+    computes, alpha=-2**31 raises "value cannot be converted to type int without
+    overflow" (for rsub, sub_, sub(out=) and sub.Scalar too). Neuron checked alpha
+    itself, refusing 2**31 and passing -2**31."""
+    def calls(d):
+        a = (torch.arange(6, device=d) % 3).to(dtype)
+        yield lambda: torch.sub(a, a.flip(0), alpha=alpha)
+        yield lambda: torch.rsub(a, a.flip(0), alpha=alpha)
+        yield lambda: torch.rsub(a, 2, alpha=alpha)
+        yield lambda: a.clone().sub_(a.flip(0), alpha=alpha)
+        yield lambda: torch.sub(a, a.flip(0), alpha=alpha, out=torch.empty(6, dtype=dtype, device=d))
+        yield lambda: torch.sub(a, 1, alpha=alpha)
+    for _ in range(2):  # first call, then the cached executable (C++ eager path)
+        for want_fn, got_fn in zip(calls("cpu"), calls("neuron")):
+            want = _at_the_call(want_fn)
+            with no_fallback():
+                got = _at_the_call(got_fn)
+            if want[0] is not None:
+                assert got == want
+            else:
+                assert got[0] is None, got
+                torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)

@@ -81,9 +81,17 @@ def test_reduction_over_65_dims():
     _same_outcome(lambda d: torch.ones([1] * 65, device=d).sum())
 
 
-@_known("traced float Scalars past float32's range")
 def test_alpha_past_float32_range_raises():
-    _same_outcome(lambda d: torch.add(torch.ones(2, device=d), torch.ones(2, device=d), alpha=1e39))
+    """Python-number Scalars are checked at the call, as CPU checks them, also by a
+    cached executable (the C++ eager path)."""
+    for _ in range(2):
+        _same_outcome(lambda d: torch.add(torch.ones(2, device=d), torch.ones(2, device=d), alpha=1e39))
+
+
+@_known("0-dim tensor values past float32's range")
+def test_float64_tensor_value_past_float32_range_raises():
+    _same_outcome(lambda d: torch.ones(2, device=d).masked_fill(
+        torch.tensor([True, False], device=d), torch.tensor(1e39, dtype=torch.float64, device=d)))
 
 
 def test_compiled_alpha_past_float32_range_raises():
@@ -158,3 +166,33 @@ def test_complex128_pow_with_a_huge_exponent_as_cpu():
     want = torch.pow(base, 1e30j)  # inf + inf i
     got = torch.pow(base.to("neuron"), 1e30j).cpu()
     assert torch.equal(got, want)
+
+
+@_known("complex products in CPU's scalar loop")
+def test_complex_mul_of_small_tensors_fuses_like_cpu():
+    a, b = torch.tensor([1e-30 + 0j] * 2), torch.tensor([1 - 1e-30j] * 2)
+    want = a * b  # 1e-30 - 0i: the imaginary part's products fused
+    got = (a.to("neuron") * b.to("neuron")).cpu()
+    assert torch.equal(torch.signbit(got.imag), torch.signbit(want.imag))
+
+
+@_known("complex sgn of infinite parts")
+def test_complex_sgn_of_infinities_as_cpus_vectorized_loop():
+    z = torch.full((64,), complex(0, float("inf")))
+    want = torch.sgn(z)  # 0 + NaN i
+    got = torch.sgn(z.to("neuron")).cpu()
+    assert torch.equal(torch.isnan(got.real), torch.isnan(want.real))
+
+
+@_known("compiled gradients' layout is AOTAutograd's")
+def test_compiled_activation_gradient_takes_the_incoming_layout():
+    def fn(x, g):
+        x = x.detach().requires_grad_(True)
+        return torch.autograd.grad(torch.nn.functional.hardtanh(x), x, g)[0]
+
+    x, g = torch.randn(3, 5, 4), torch.randn(3, 4, 5).transpose(1, 2)
+    want = fn(x, g).stride()  # (20, 1, 5): the incoming gradient's layout
+    torch._dynamo.reset()
+    g_neuron = torch.empty_strided(g.shape, g.stride(), device="neuron").copy_(g)
+    got = torch.compile(fn, backend="neuron")(x.to("neuron"), g_neuron).stride()
+    assert got == want

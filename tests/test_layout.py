@@ -721,3 +721,109 @@ def test_eval_batch_norm_backward_uses_the_running_statistics():
         return aten.native_batch_norm_backward(g, x, w, rm, rv, save_mean, save_invstd, False, 1e-5, [True] * 3)
 
     _same_strides(backward, x, w, rm, rv, g)
+
+
+# ------------------------------------------------------------------ Scalar-first ops, logsigmoid, BCE
+_SCALAR_FIRST = {
+    # Pow.cpp's pow.Scalar meta function sets no strides: contiguous whatever the exponent's layout
+    "pow_scalar": lambda t: torch.pow(2, t),
+    "rpow_int": lambda t: 2 ** t,
+    "rpow_float": lambda t: 2.5 ** t,
+    "rpow_one": lambda t: 1 ** t,  # CPU fills ones
+    "float_power": lambda t: torch.float_power(2, t),
+    "pow_scalar_out_resized": lambda t: torch.pow(2, t, out=torch.empty(0, device=t.device)),
+    # a right-sized out tensor keeps its strides
+    "pow_scalar_out_transposed": lambda t: torch.pow(2, t, out=torch.empty(
+        t.shape[:-2] + t.shape[-2:][::-1], device=t.device).mT),
+    # the number wrapped into a 0-dim tensor before a TensorIterator: the tensor's layout
+    "rsub": lambda t: 2 - t,
+    "remainder": lambda t: torch.remainder(2, t),
+    "xlogy": lambda t: torch.xlogy(2, t),
+    "rdiv": lambda t: 2 / t,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SCALAR_FIRST))
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "sliced"])
+def test_scalar_first_ops_are_laid_out_as_cpu(name, layout):
+    """`2 ** x` (pow.Scalar) is contiguous on CPU, as are its out= tensors it resizes;
+    the other ops with a Python number first take the tensor's layout. neuron kept a
+    transposed or channels_last exponent's layout (pow.Scalar is tagged pointwise)."""
+    x = _layouts(torch.rand(2, 4, 3, 5) + 0.5)[layout]
+    _same_strides(_SCALAR_FIRST[name], x)
+
+
+_LOG_SIGMOID = {
+    "logsigmoid": F.logsigmoid,
+    "forward": lambda t: aten.log_sigmoid_forward(t),
+    # Activation.cpp's out= kernel: result.resize_as_(input) (a right-sized one keeps its
+    # strides), buffer.resize_as_(input, MemoryFormat::Contiguous) (always restrided)
+    "forward_out_resized": lambda t: aten.log_sigmoid_forward.output(
+        t, output=torch.empty(0, device=t.device), buffer=torch.empty(0, device=t.device)),
+    "forward_out_transposed": lambda t: aten.log_sigmoid_forward.output(
+        t, output=torch.empty(t.shape[:-2] + t.shape[-2:][::-1], device=t.device).mT,
+        buffer=torch.empty(t.shape[:-2] + t.shape[-2:][::-1], device=t.device).mT),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOG_SIGMOID))
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "sliced"])
+def test_log_sigmoid_forward_is_contiguous_as_on_cpu(name, layout):
+    """log_sigmoid_forward_cpu allocates result and buffer `empty_like(input,
+    MemoryFormat::Contiguous)`; neuron kept a transposed or channels_last input's layout."""
+    x = _layouts(torch.randn(2, 4, 3, 5))[layout]
+    _same_strides(_LOG_SIGMOID[name], x)
+
+
+# (A right-sized out tensor made inside the compiled function takes the functional
+# result's strides there, as with backend="aot_eager" on CPU: AOTAutograd's, not listed.)
+@pytest.mark.parametrize("name", ["forward", "forward_out_resized"])
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_compiled_log_sigmoid_forward_is_laid_out_as_cpu(name, layout):
+    """The same in a compiled graph, where log_sigmoid_forward takes PyTorch's
+    decomposition (pointwise ops keeping the input's layout): its results are copied
+    into the layout rule's strides (`meta_device.relaid`). The out= overload's result is a
+    named tuple, which the fake tensors' layout step rebuilt wrongly (TypeError)."""
+    x = _layouts(torch.randn(2, 4, 3, 5))[layout]
+    expected = _LOG_SIGMOID[name](x)
+    torch._dynamo.reset()
+    actual = torch.compile(_LOG_SIGMOID[name], backend="neuron")(_on_neuron(x))
+    for e, a in zip(expected, actual):
+        assert a.stride() == e.stride(), (a.stride(), e.stride())
+        torch.testing.assert_close(a.cpu(), e)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "sliced"])
+@pytest.mark.parametrize("transposed_grad", [False, True])
+def test_log_sigmoid_gradient_is_laid_out_as_cpu(layout, transposed_grad):
+    _same_grads(F.logsigmoid, _layouts(torch.randn(2, 4, 3, 5))[layout], transposed_grad=transposed_grad)
+
+
+def _bce(reduction, weighted):
+    def fn(x, t, w):
+        return F.binary_cross_entropy(x, t, w if weighted else None, reduction=reduction)
+    return fn
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "sliced"])
+@pytest.mark.parametrize("target_layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("weight", ["none", "same", "broadcast"])
+def test_binary_cross_entropy_takes_the_inputs_layout(layout, target_layout, weight):
+    """binary_cross_entropy_cpu and its backward allocate `at::empty_like(input)`: the
+    input's layout whatever the target's, the weight's or the incoming gradient's
+    (neuron followed TensorIterator's vote of all of them, or the gradient's)."""
+    x = _layouts(torch.rand(2, 4, 3, 5) * 0.8 + 0.1)[layout]
+    t = _layouts(torch.rand(2, 4, 3, 5))[target_layout]
+    w = {"none": torch.rand(5), "same": torch.rand(2, 4, 3, 5).mT.contiguous().mT, "broadcast": torch.rand(5)}[weight]
+    fn = _bce("none", weight != "none")
+    _same_strides(fn, x, t, w)
+    for reduction in ("none", "mean", "sum"):
+        loss = _bce(reduction, weight != "none")
+
+        def input_only(leaf):  # the gradient of the input alone, target and weight laid out as on CPU
+            def moved(a):
+                return a if leaf.device.type == "cpu" else _on_neuron(a)
+            return loss(leaf, moved(t), moved(w))
+
+        for transposed_grad in (False, True):
+            _same_grads(input_only, x, transposed_grad=transposed_grad)

@@ -831,3 +831,161 @@ def test_batch_norm_of_an_empty_batch_raises_or_computes_as_cpu(name):
     # ops computing on neuron (F.batch_norm returns before them, on both).
     args = (torch.randn(0, 3, 4, 4), torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
     check_like_cpu(_BN_EMPTY[name], *args)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (0,), (3, 0, 2)])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_binary_cross_entropy_of_an_empty_input_as_cpu(shape, reduction, weighted, compiled):
+    """An empty input: CPU's loss is empty, nan (mean) or 0 (sum), its gradient empty;
+    neuron's range check took the argmax of no elements (ValueError)."""
+    x, t, w = torch.rand(shape), torch.rand(shape), torch.rand(shape)
+
+    def loss_fn(leaf, target, weight):
+        return F.binary_cross_entropy(leaf, target, weight if weighted else None, reduction=reduction)
+
+    def run(device, fn=loss_fn):
+        leaf = x.to(device).requires_grad_()
+        loss = fn(leaf, t.to(device), w.to(device))
+        (grad,) = torch.autograd.grad(loss, leaf, torch.ones_like(loss))
+        return loss.detach().cpu(), grad.cpu()
+
+    if compiled:
+        torch._dynamo.reset()
+    with no_fallback():
+        got = run("neuron", torch.compile(loss_fn, backend="neuron") if compiled else loss_fn)
+    for g, e in zip(got, run("cpu")):
+        assert (g.shape, g.dtype) == (e.shape, e.dtype)
+        torch.testing.assert_close(g, e, equal_nan=True)
+
+
+_BN_STATS_OPS = {  # (input, weight, bias, running_mean, running_var) -> (outputs, running stats after)
+    "native_batch_norm": lambda x, w, b, m, v: torch.ops.aten.native_batch_norm(x, w, b, m, v, True, 0.1, 1e-5),
+    "legit": lambda x, w, b, m, v: torch.ops.aten._native_batch_norm_legit(x, w, b, m, v, True, 0.1, 1e-5),
+    "legit_no_stats": lambda x, w, b, m, v: torch.ops.aten._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5),
+    "with_update": lambda x, w, b, m, v: torch.ops.aten._batch_norm_with_update(x, w, b, m, v, 0.1, 1e-5),
+    "eval": lambda x, w, b, m, v: torch.ops.aten.native_batch_norm(x, w, b, m, v, False, 0.1, 1e-5),
+}
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(_BN_STATS_OPS))
+def test_batch_norm_statistics_dtypes_and_values_are_cpus_in_eager_and_compiled_graphs(name, dtype, affine):
+    # CPU keeps save_mean/save_invstd (and normalizes by them) in the input's half dtype
+    # unless a parameter or running statistic is float32; a review found neuron's in
+    # float32 (the meta kernel's) for a half input without weight or running statistics.
+    x = torch.randn(4, 3, 5, 5).to(dtype).contiguous(memory_format=torch.channels_last)
+    w, b = (torch.randn(3, dtype=dtype), torch.randn(3, dtype=dtype)) if affine else (None, None)
+    stats = (torch.randn(3, dtype=dtype), torch.rand(3, dtype=dtype) + 0.5)
+
+    def run(op, x, w, b, m, v):
+        m, v = m.clone(), v.clone()
+        return op(x, w, b, m, v), m, v
+
+    fn = _BN_STATS_OPS[name]
+    want = run(fn, x, w, b, *stats)
+    tol = HALF_TOL if dtype in HALF else F32_TOL
+    for op in (fn, torch.compile(fn, backend="neuron", dynamic=False)):
+        with no_fallback():
+            got = run(op, *to_neuron((x, w, b) + stats))
+        for g, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+            assert (g.shape, g.dtype) == (e.shape, e.dtype)
+            torch.testing.assert_close(g.cpu(), e, **tol)
+
+
+@pytest.mark.parametrize("params", ["none", "weight", "bias", "both"])
+def test_batch_norm_with_update_without_weight_or_bias_compiles_as_cpu_computes(params):
+    # PyTorch's decomposition of _batch_norm_with_update_functional (the functionalized
+    # op) asks torch._C._select_batch_norm_backend for the reserve, which refuses a
+    # missing weight or bias (TypeError; CPU's own aot_eager too, with fullgraph=True);
+    # CPU's kernel normalizes without them, as eager on neuron did.
+    x, rm, rv = torch.randn(4, 3, 5, 5), torch.randn(3), torch.rand(3) + 0.5
+    w = torch.randn(3) if params in ("weight", "both") else None
+    b = torch.randn(3) if params in ("bias", "both") else None
+
+    def fn(x, w, b, m, v):
+        out = torch.ops.aten._batch_norm_with_update(x, w, b, m, v, 0.1, 1e-5)
+        return out, m, v
+
+    want = fn(x, w, b, rm.clone(), rv.clone())
+    with no_fallback():
+        got = torch.compile(fn, backend="neuron", fullgraph=True)(*to_neuron((x, w, b, rm, rv)))
+    for g, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        assert (g.shape, g.dtype) == (e.shape, e.dtype)
+        torch.testing.assert_close(g.cpu(), e, **F32_TOL)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (8, 16, 7, 7), (16, 32, 8, 8)])
+def test_batch_norm_backward_follows_cpus_kernel(shape, layout):
+    # Normalization's CPU backward kernel: eval invstd = 1 / sqrt(var + eps) in double
+    # and dx = dy * invstd * w (bitwise here); training sums in double for float32
+    # (at::acc_type<float>), then dx = ((dy - sum/N) - (x - mean) * k) * invstd * w.
+    # A review found grad_input 2-5e-6 off CPU's in training (float32 sums).
+    torch.manual_seed(0)
+    x, g = (torch.randn(shape).contiguous(memory_format=layout) for _ in range(2))
+    w, rm, rv = torch.randn(shape[1]), torch.randn(shape[1]), torch.rand(shape[1]) + 0.5
+    op = torch.ops.aten.native_batch_norm_backward
+    for train in (False, True):
+        _, mean, invstd = torch.ops.aten.native_batch_norm(x, w, None, rm.clone(), rv.clone(), train, 0.1, 1e-5)
+        want = op(g, x, w, rm, rv, mean, invstd, train, 1e-5, [True, True, True])
+        with no_fallback():
+            got = op(*to_neuron((g, x, w, rm, rv, mean, invstd)), train, 1e-5, [True, True, True])
+        if not train:
+            torch.testing.assert_close(got[0].cpu(), want[0], atol=0, rtol=0)
+        else:  # CPU's float32 partial sums (per plane or per thread) are its own rounding
+            torch.testing.assert_close(got[0].cpu(), want[0], atol=1e-6, rtol=1e-6)
+        # grad_weight and grad_bias are sums of N * H * W terms: CPU's float32 partials
+        torch.testing.assert_close(got[1].cpu(), want[1], atol=2e-4, rtol=1e-5)
+        torch.testing.assert_close(got[2].cpu(), want[2], atol=2e-4, rtol=1e-5)
+
+
+_ADAPTIVE_EMPTY = {
+    "area2d": (lambda x: F.interpolate(x, size=(2, 2), mode="area"), (1, 2, 0, 4)),
+    "area2d_batch_and_plane": (lambda x: F.interpolate(x, scale_factor=2, mode="area"), (0, 3, 0, 4)),
+    "avg1d": (lambda x: F.adaptive_avg_pool1d(x, 2), (2, 3, 0)),
+    "avg2d_unbatched": (lambda x: F.adaptive_avg_pool2d(x, 2), (3, 4, 0)),
+    "avg3d": (lambda x: F.adaptive_avg_pool3d(x, 2), (1, 2, 4, 0, 4)),
+    "avg2d_backward": (lambda x: torch.ops.aten._adaptive_avg_pool2d_backward(x.new_ones(1, 2, 0, 2), x),
+                       (1, 2, 4, 4)),
+    "avg3d_backward": (lambda x: torch.ops.aten._adaptive_avg_pool3d_backward(x.new_ones(1, 2, 2, 0, 2), x),
+                       (1, 2, 4, 4, 4)),
+    "max2d": (lambda x: F.adaptive_max_pool2d(x, 2), (1, 2, 0, 4)),
+    # empty batch or channels, or an output size 0: CPU computes (empty results)
+    "avg2d_empty_batch": (lambda x: F.adaptive_avg_pool2d(x, 2), (0, 2, 4, 4)),
+    "avg2d_empty_channels": (lambda x: F.adaptive_avg_pool2d(x, 2), (2, 0, 4, 4)),
+    "area2d_output_0": (lambda x: F.interpolate(x, size=(0, 2), mode="area"), (1, 2, 4, 4)),
+    "avg3d_output_0": (lambda x: F.adaptive_avg_pool3d(x, (1, 0, 2)), (1, 2, 4, 4, 4)),
+    "max1d_output_0": (lambda x: F.adaptive_max_pool1d(x, 0, return_indices=True), (1, 2, 4)),
+    "max2d_output_0": (lambda x: F.adaptive_max_pool2d(x, (0, 2), return_indices=True), (1, 2, 4, 4)),
+    "max3d_output_0": (lambda x: F.adaptive_max_pool3d(x, (1, 0, 2), return_indices=True), (1, 2, 4, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", sorted(_ADAPTIVE_EMPTY))
+def test_adaptive_pooling_of_empty_dims_raises_or_computes_as_cpu(name, compiled):
+    # CPU refuses an empty pooled input dim (RuntimeError, the op's message) and pools
+    # to an output size 0; a review found area/average pooling computing on neuron and
+    # max pooling to size 0 raising ValueError (JAX's max of no element).
+    fn, shape = _ADAPTIVE_EMPTY[name]
+    x = torch.randn(shape)
+    try:
+        want = fn(x)
+    except RuntimeError as exc:
+        run = torch.compile(fn, backend="neuron") if compiled else fn
+        with pytest.raises(RuntimeError) as got:
+            run(x.to("neuron"))
+            torch.neuron.synchronize()
+        chain, err = [], got.value
+        while err is not None:  # Dynamo words its own error around the fake kernel's
+            chain.append(str(err))
+            err = err.__cause__ or err.__context__
+        assert any(str(exc) in text for text in chain), chain
+        return
+    with no_fallback():
+        got = (torch.compile(fn, backend="neuron") if compiled else fn)(x.to("neuron"))
+    for g, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        assert (g.shape, g.dtype) == (e.shape, e.dtype)

@@ -84,3 +84,9 @@ def kernel(name: str, fn=None, **options):
 def _autoload() -> None:
     """Entry point of the ``torch.backends`` group: runs at the end of ``import torch``."""
     install()
+
+
+# Last, once `_autoload` exists: a program whose first import is a submodule
+# (`import torchneuron.ops.registry`) loads torch here, whose autoload installs the backend
+# before that submodule runs its own imports (they would otherwise meet it half-initialized).
+import torch  # noqa: E402,F401

@@ -29,7 +29,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 from .. import config, metrics
 from ..eager import refusal
 from ..ops import elementwise
-from ..ops.registry import LOWERINGS
+from ..ops.registry import LAYOUTS, LOWERINGS
 from . import flex_attention
 from .graph import GraphExecutable, lowerable
 from .graph import refusal_of_dtypes as graph_refusal
@@ -122,7 +122,12 @@ def _noting_refusal(op, decomposition):
         refused = refusal.refusal_of_dtypes(op, refusal.schema_values(op, args, kwargs))
         if refused is not None:
             refusal.note_traced(refused)
-        return decomposition(*args, **kwargs)
+        out = decomposition(*args, **kwargs)
+        if op in LAYOUTS and out is not NotImplemented:
+            from ..eager import meta_device
+
+            out = meta_device.relaid(op, args, kwargs, out)
+        return out
 
     return run
 

@@ -21,6 +21,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,41 @@ class RunLock {
   bool held_ = false;
 };
 
+// CPU's checked_convert of the Python-number Scalars an executable converts, made before
+// each run (as OpKernel._run makes them in Python): `checks` is the entry's tuple of
+// (position in `dyn`, lo, hi, message, dtype) that _common.check_scalar recorded while
+// tracing. lo and hi are floats for a floating target type (finite values outside
+// [lo, hi] overflow; infinities and NaN convert) and ints for an integer one (floats
+// must lie in [lo, hi + 1); unsigned types take ints down to -hi). Raises RuntimeError
+// with the message, as CPU does.
+void check_scalars(PyObject* checks, PyObject* dyn) {
+  const Py_ssize_t m = PyTuple_GET_SIZE(checks);
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    PyObject* c = PyTuple_GET_ITEM(checks, i);
+    PyObject* v = PyList_GET_ITEM(dyn, PyLong_AsSsize_t(PyTuple_GET_ITEM(c, 0)));
+    PyObject* lo = PyTuple_GET_ITEM(c, 1);
+    PyObject* hi = PyTuple_GET_ITEM(c, 2);
+    bool bad;
+    if (PyFloat_Check(lo)) {
+      double x = PyFloat_Check(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+      bad = std::isfinite(x) && (x < PyFloat_AS_DOUBLE(lo) || x > PyFloat_AS_DOUBLE(hi));
+    } else if (PyFloat_Check(v)) {
+      double x = PyFloat_AS_DOUBLE(v);
+      bad = !(x >= PyLong_AsDouble(lo) && x < PyLong_AsDouble(hi) + 1);  // NaN compares false
+    } else {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+      long long l = PyLong_AsLongLong(lo), h = PyLong_AsLongLong(hi);
+      bad = overflow != 0 || (l == 0 ? (x > h || x < -h) : (x < l || x > h));
+    }
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (bad) {
+      PyErr_SetObject(PyExc_RuntimeError, PyTuple_GET_ITEM(c, 3));
+      throw py::error_already_set();
+    }
+  }
+}
+
 class EagerKernel final : public c10::OperatorKernel {
  public:
   // kernel: the OpKernel; dtype_args: per schema argument, whether it is a ScalarType
@@ -112,6 +148,7 @@ class EagerKernel final : public c10::OperatorKernel {
     s_runs_ = interned("runs");
     s_fn_ = interned("fn");
     s_dispatch_ = interned("_dispatch");
+    s_scalar_checks_ = interned("scalar_checks");
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
@@ -189,6 +226,8 @@ class EagerKernel final : public c10::OperatorKernel {
     // What torch._C._autograd._profiler_enabled (torchneuron.profiler.enabled) returns.
     if (torch::profiler::impl::profilerEnabled()) return false;
     if (!PyObject_IsTrue(attr(entry, s_cpp_).ptr())) return false;  // checks that live in Python
+    py::object scalar_checks = attr(entry, s_scalar_checks_);
+    if (scalar_checks.ptr() != Py_None) check_scalars(scalar_checks.ptr(), dyn);
 
     RunLock lock;
     if (!lock.held()) return false;
@@ -272,7 +311,7 @@ class EagerKernel final : public c10::OperatorKernel {
   PyObject* kinds_;     // kernel.kinds_t
   PyObject* defaults_;  // kernel.defaults_t
   std::vector<int> return_src_;  // per schema return: the argument it aliases, or -1 for a new tensor
-  PyObject *s_cache_, *s_cpp_, *s_reads_, *s_writes_, *s_fresh_, *s_runs_, *s_fn_, *s_dispatch_;
+  PyObject *s_cache_, *s_cpp_, *s_reads_, *s_writes_, *s_fresh_, *s_runs_, *s_fn_, *s_dispatch_, *s_scalar_checks_;
 };
 
 // The library holding the eager kernels; never destroyed (kernels live as long as the

@@ -30,6 +30,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from .. import _extension, metrics, profiler
+from ..ops._common import check_scalar
 from ..ops.registry import OUT_LAYOUTS, Context, Lowering, OutSpec, laid_out, tracing
 from ..runtime import checks, dtypes, overlap, pjrt, storage, views
 from . import executable_cache, meta_device, out_dtypes, out_overlap, refusal
@@ -114,9 +115,9 @@ RUN_LOCK = threading.RLock()
 class _Entry:
     """A compiled executable and what the executor needs to use its outputs."""
 
-    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs", "module", "aliased", "cpp")
+    __slots__ = ("fn", "reads", "writes", "fresh", "checks", "runs", "module", "aliased", "cpp", "scalar_checks")
 
-    def __init__(self, fn, reads, writes, fresh, checks_, module, aliased=None):
+    def __init__(self, fn, reads, writes, fresh, checks_, module, aliased=None, scalar_checks=None):
         self.fn = fn
         self.module = module  # the executable's HLO module name
         # Indices (into the call's tensor list) of one tensor per storage whose buffer
@@ -135,6 +136,10 @@ class _Entry:
         # Whether the C++ hot path (csrc/eager.cpp) may run this entry by itself: no
         # device-side checks and no per-call aliasing checks, which live in Python.
         self.cpp = not checks_ and aliased is None
+        # CPU's overflow checks of Python-number Scalars (`check_scalar`), made on the
+        # host before each run: a tuple of (dynamic value position, lo, hi, message,
+        # dtype), or None. csrc/eager.cpp reads the first four.
+        self.scalar_checks = tuple(scalar_checks) if scalar_checks else None
         # Calls run so far: the hot path's only metrics cost is this increment.
         self.runs = 0
 
@@ -375,6 +380,9 @@ class OpKernel:
                 inputs = [storage.buffer(metas[j][0], metas[j][6], dtypes.to_jax(metas[j][4]), device)
                           for j in entry.reads]
             if dyn:
+                if entry.scalar_checks is not None:
+                    for check in entry.scalar_checks:
+                        check_scalar(dyn[check[0]], check[4], check[5])
                 inputs.extend(dyn)
             if self.lowering.random:
                 inputs.extend(_rng_state(values, self.kinds, device))
@@ -514,6 +522,9 @@ class OpKernel:
         # themselves would keep their storages alive as long as the executable.
         static_values = [_placeholder(v) for v in values]
         check_info = []
+        # Python-number dynamic values, whose overflow checks run on the host.
+        numbers = [k for k, x in enumerate(dyn) if type(x) in (int, float)]
+        scalar_info = []
 
         n_in = n_slots - len(skip)
 
@@ -559,9 +570,11 @@ class OpKernel:
                 args = [args[k] for k in permute]
             ctx = Context(outs=[OutSpec(m[0], dtypes.to_jax(m[2])) if isinstance(m, tuple) else None
                                 for m in compute_metas],
-                          rng=tuple(rng) if rng else None, contiguous=tuple(contiguous))
+                          rng=tuple(rng) if rng else None, contiguous=tuple(contiguous),
+                          scalar_args={id(dvals[k]): k for k in numbers})
             with tracing(ctx):
                 result = lowering.fn(*args)
+            scalar_info[:] = ctx.host_checks
             updates = {}
             if mode == "mutating":
                 result, updates = result
@@ -601,7 +614,7 @@ class OpKernel:
         fn.lower(*example)  # traces now: fills check_info before the first run
         return _Entry(fn, reads, [first[s] for s in write_slots],
                       [(m[0], _fresh_stride(m[0], m[1]), m[2]) if isinstance(m, tuple) else m
-                       for m in fresh_specs], check_info, "jit_" + traced.__name__, aliased)
+                       for m in fresh_specs], check_info, "jit_" + traced.__name__, aliased, scalar_info)
 
     def _aliasing(self, values, metas, write_targets, read_pos, geometry) -> Optional["_Aliasing"]:
         """The per-call checks a call whose written storages are also read needs (None

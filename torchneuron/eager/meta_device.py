@@ -85,7 +85,36 @@ def _fake_dispatch(self, func, types, args, kwargs):
         if isinstance(o, fake_tensor.FakeTensor) and o.stride() != m.stride():
             with self:
                 outs[i] = torch.empty_strided(o.shape, m.stride(), dtype=o.dtype, device=o.device)
+    if isinstance(out, tuple) and hasattr(out, "_fields"):  # a named tuple (log_sigmoid_forward.output's)
+        return type(out)(*outs)
     return type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
+
+
+def relaid(op, args, kwargs, out):
+    """`out`, the results of `op`'s decomposition in a compiled graph, copied into the
+    layouts `registry.LAYOUTS` gives `op`'s results where they differ (log_sigmoid_forward's
+    contiguous ones), as the eager executor lays out a decomposition's results
+    (`ops.fallback`): fake tensors on `neuron` of concrete sizes only."""
+    if not _on_neuron_with_concrete_sizes(pytree.tree_leaves((args, kwargs))):
+        return out
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    with fake_tensor.unset_fake_temporarily():
+        margs, mkwargs = pytree.tree_map(_as_meta, (args, kwargs))
+        try:
+            metas = op(*margs, **mkwargs)
+        except Exception:  # noqa: BLE001 - no meta kernel: the decomposition's layout stays
+            return out
+        metas = list(metas) if isinstance(metas, (tuple, list)) else [metas]
+        metas = registry.laid_out(op, metas, margs, mkwargs)
+    for i, (o, m) in enumerate(zip(outs, metas)):
+        if (isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor) and o.shape == m.shape
+                and o.stride() != m.stride()):
+            # functional (a traced graph holds no mutation): a copy of `o` in m's strides
+            outs[i] = torch.ops.aten.copy.default(
+                torch.empty_strided(m.shape, m.stride(), dtype=o.dtype, device=o.device), o)
+    if not isinstance(out, (tuple, list)):
+        return outs[0]
+    return type(out)(*outs) if hasattr(out, "_fields") else type(out)(outs)
 
 
 def install() -> None:

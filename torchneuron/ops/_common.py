@@ -194,6 +194,19 @@ def acc_type(d):
     return d
 
 
+def kernel_acc_type(d):
+    """`at::acc_type<d, is_cuda>`, the dtype ATen's kernels accumulate sums of `d` in,
+    for the device neuron runs on: on XLA:CPU, CPU's (float32 in double, half types in
+    float32), so that sums round as CPU PyTorch's do; on accelerators, CUDA's (float32
+    in float32), whose float64 is emulated or missing."""
+    from ..runtime import pjrt  # the PJRT client starts on first use, not on import
+
+    d = jnp.dtype(d)
+    if d == jnp.float32:
+        return jnp.dtype(jnp.float64 if pjrt.platform() == "cpu" else jnp.float32)
+    return acc_type(d)
+
+
 # c10's names of scalar types in "value cannot be converted to type X without overflow".
 _CONVERT_NAMES = {
     jnp.dtype(jnp.uint8): "uint8_t", jnp.dtype(jnp.int8): "int8_t", jnp.dtype(jnp.int16): "int16_t",
@@ -202,14 +215,15 @@ _CONVERT_NAMES = {
     jnp.dtype(jnp.complex64): "c10::complex<float>", jnp.dtype(jnp.complex128): "c10::complex<double>",
     jnp.dtype(jnp.uint16): "uint16_t", jnp.dtype(jnp.uint32): "uint32_t", jnp.dtype(jnp.uint64): "uint64_t",
 }
-# Traced floating Scalars (complex ones into complex types) converted to these types are
-# not checked on the device: only magnitudes past float32's range overflow, and a
-# device-side check would take every such call (masked_fill(-inf), clamp(min=0.),
-# fill_(0.) on float32/bfloat16 tensors) off the C++ eager hot path. float64 and
-# complex128 hold every double, so they need no check. complex64 is checked (fill_(1e39)
-# raises as on CPU): complex tensors rarely take such Scalars in hot loops, and a checked
-# call costs about 20 us more. Python-number Scalars (compiled graphs, static arguments)
-# are checked for every type.
+# A Python int or float Scalar of an eager call is a dynamic argument of its executable,
+# so that one executable serves every value; `check_scalar` records its check on the
+# entry, and it is made on the Python value before each run (in C++ on the hot path):
+# it raises at the call, as on CPU, and keeps the call on the C++ eager path. Other
+# traced floating Scalars (complex ones into complex types) of eager executables (values
+# computed in the trace) converted to these types are not checked on the device: a
+# device-side check would take the call off the C++ eager path. float64 and complex128
+# hold every double. Compiled graphs check them on the device, and Python-number Scalars
+# (compiled graphs' constants, static arguments) are checked at the trace.
 _UNCHECKED_TRACED_FLOAT = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32), jnp.dtype(jnp.float64),
                            jnp.dtype(jnp.complex128))
 
@@ -240,33 +254,60 @@ def _overflows(v, kind: int, dtype, xp):
     return xp.isfinite(v) & ((v < lo) | (v > hi))  # infinities and NaN convert
 
 
-def check_scalar(value, dtype) -> None:
+def check_scalar(value, dtype, negated: bool = False) -> None:
     """CPU's `Scalar::to<T>()` (c10::checked_convert) of a Scalar argument converted to
     `dtype`: RuntimeError "value cannot be converted to type uint8_t without overflow"
     for `uint8_tensor.fill_(300)`, `masked_fill(m, 1e5)` on float16, ... (CPU checks
-    these; `uint8_tensor + 300` it does not). A Python number is checked now; a traced
-    Scalar (eager passes them as dynamic arguments) on the device, raising at the op or
-    the next synchronization point. A 0-dim tensor value (masked_fill.Tensor) is
-    checked the same way, as CPU converts its `item()`."""
+    these; `uint8_tensor + 300` it does not). A Python number is checked now; a Python
+    number an eager executable takes as a dynamic argument on the host before each run
+    (`Context.scalar_args`); another traced Scalar on the device, raising at the op or
+    the next synchronization point (see _UNCHECKED_TRACED_FLOAT for those left
+    unchecked). A 0-dim tensor value (masked_fill.Tensor) is checked the same way, as
+    CPU converts its `item()`. `negated`: CPU converts -value (sub's alpha: CPU's sub
+    adds with -alpha, so int32 `sub(a, b, alpha=2**31)` passes, alpha=-2**31 raises)."""
     dtype = jnp.dtype(dtype)
     if dtype == jnp.bool_ or value is None:
         return  # every Scalar converts to bool
     message = f"value cannot be converted to type {_CONVERT_NAMES.get(dtype, dtype.name)} without overflow"
     if isinstance(value, (bool, int, float, complex)):
         kind = 0 if isinstance(value, bool) else 1 if isinstance(value, int) else 2 if isinstance(value, float) else 3
-        if kind and _overflows(value, kind, dtype, _PyMath):
+        if kind and _overflows(-value if negated else value, kind, dtype, _PyMath):
             raise RuntimeError(message)
         return
+    try:
+        eager_args = context().scalar_args
+    except RuntimeError:  # outside a trace
+        eager_args = None
+    position = eager_args.get(id(value)) if eager_args is not None else None
     value = jnp.asarray(value)
     kind = _category(value.dtype)
     if dtype in (jnp.uint32, jnp.uint64):
         return  # their bounds do not fit the traced int64/float64 comparisons; rare types
     if kind == 0 or (kind == 1 and (dtype == jnp.int64 or (is_float(dtype) and dtype != jnp.float16))):
         return  # cannot overflow
-    if dtype in _UNCHECKED_TRACED_FLOAT and (kind == 2 or (kind == 3 and jnp.issubdtype(dtype, jnp.complexfloating))):
+    if kind == 2 and dtype in (jnp.float64, jnp.complex128):
+        return  # holds every double
+    if position is not None and kind in (1, 2):
+        if not context().checks:
+            # A Python int or float argument of an eager executable: checked on the host
+            # before each run (OpKernel._run; csrc/eager.cpp on the hot path), raising at
+            # the call as CPU does, with the executable kept on the C++ path.
+            real = jnp.dtype(jnp.float32) if dtype == jnp.complex64 else dtype
+            info = jnp.finfo(real) if is_float(real) else jnp.iinfo(real)
+            lo, hi = (float(info.min), float(info.max)) if is_float(real) else (int(info.min), int(info.max))
+            if negated and lo != 0:  # -value in [lo, hi]: value in [-hi, -lo] (unsigned types are symmetric)
+                lo, hi = -hi, -lo
+            context().host_checks.append((position, lo, hi, message, dtype, negated))
+            return
+        # else a check CPU makes first runs on the device (int8 ** -129 raises "Integers
+        # to negative integer powers"): this one follows it there, in CPU's order.
+    elif eager_args is not None and dtype in _UNCHECKED_TRACED_FLOAT and (
+            kind == 2 or (kind == 3 and jnp.issubdtype(dtype, jnp.complexfloating))):
         return
     if kind >= 2:  # in double: float64's bounds would not fit a float32 value's type
         value = value.astype(jnp.complex128 if kind == 3 else jnp.float64)
+    if negated:
+        value = -value
     context().check(jnp.logical_not(_overflows(value, kind, dtype, jnp)), RuntimeError, message)
 
 

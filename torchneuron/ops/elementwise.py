@@ -84,10 +84,11 @@ def _half_alpha(alpha, out):
     return cast(alpha, out)
 
 
-def _check_alpha(out, alpha):
-    """add/sub's `alpha`: CPU's alpha_check, then it must fit the result type."""
+def _check_alpha(out, alpha, negated=False):
+    """add/sub's `alpha`: CPU's alpha_check, then it must fit the result type (sub's
+    negated: CPU's sub adds with -alpha, converting -alpha)."""
     _alpha_kind_check(_category(out), alpha)
-    check_scalar(alpha, out)
+    check_scalar(alpha, out, negated)
 
 
 @meta_check(aten.add.Tensor, aten.add.out, aten.sub.Tensor, aten.sub.out, aten.rsub.Tensor, aten.rsub.Scalar)
@@ -128,7 +129,20 @@ def add(self, other, alpha=1):
     alpha = _half_alpha(alpha, out)
     if out == jnp.bool_:  # self + alpha * other in bool arithmetic: self or (alpha and other)
         return jnp.logical_or(cast(self, jnp.bool_), _alpha(cast(other, jnp.bool_), alpha))
+    if jnp.issubdtype(c, jnp.complexfloating):
+        return (cast(self, c) + _complex_alpha_times(cast(other, c), alpha)).astype(out)
     return (cast(self, c) + _alpha(cast(other, c), alpha)).astype(out)
+
+
+def _complex_alpha_times(other, alpha):
+    """alpha * other as CPU's complex add computes it (ATen/native/ufunc/add.h: self +
+    alpha * other, Vectorized's fmadd(other, alpha, self)): alpha as a complex number
+    and c10's product (`c_mul`) even for alpha = 1, so an infinite part of `other` gives
+    NaN in the other part ((1 + 0i)(inf + 0i) = inf + NaN i: x + inf is inf + NaN i on
+    CPU). sub passes -alpha, as CPU's sub does (-1 + 0i for alpha = 1)."""
+    if isinstance(alpha, (bool, int, float, complex)):
+        alpha = complex(alpha)
+    return c_mul(cast(alpha, other.dtype), other)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
@@ -137,9 +151,11 @@ def sub(self, other, alpha=1):
     out = _out()
     if out == jnp.bool_:
         raise NotImplementedError(_SUB_BOOLS)
-    _check_alpha(out, alpha)
+    _check_alpha(out, alpha, negated=True)
     c = _compute(out)
     alpha = _half_alpha(alpha, out)
+    if jnp.issubdtype(c, jnp.complexfloating):
+        return (cast(self, c) + _complex_alpha_times(cast(other, c), -alpha)).astype(out)
     return (cast(self, c) - _alpha(cast(other, c), alpha)).astype(out)
 
 
@@ -155,6 +171,8 @@ def mul(self, other):
     if out == jnp.bool_:
         return jnp.logical_and(cast(self, jnp.bool_), cast(other, jnp.bool_))
     c = _compute(out)
+    if jnp.issubdtype(c, jnp.complexfloating):  # c10's product, as CPU's (XLA's fuses, differs at infinities)
+        return c_mul(_factor(self, c), _factor(other, c)).astype(out)
     return (_factor(self, c) * _factor(other, c)).astype(out)
 
 
@@ -179,6 +197,8 @@ def div(self, other, rounding_mode=None):
     c = _compute(out)
     a, b = cast(self, c), cast(other, c)
     if rounding_mode is None:
+        if jnp.issubdtype(c, jnp.complexfloating):  # c10's quotient, as CPU's kernels
+            return c_div(a, b).astype(out)
         return true_divide(a, b).astype(out)
     if jnp.issubdtype(c, jnp.integer):
         a, b = jnp.broadcast_arrays(a, b)  # lax.div does not broadcast (x // y of shapes (3, 1) and (2,))
@@ -277,6 +297,43 @@ def pow(self, exponent):
         # pow.Scalar: CPU fills ones for a base of 1 (Pow.cpp), even for NaN exponents.
         result = jnp.where(jnp.asarray(self) == 1, jnp.ones((), out), result)
     return result
+
+
+def _bool_pow_meta(op):
+    """The Meta kernel of `op` (pow.Tensor_Scalar, its in-place and out= overloads): a
+    bool tensor to a bool exponent is bool, as Pow.cpp's `TORCH_META_FUNC2(pow,
+    Tensor_Scalar)` types it (`at::result_type(base, exp)`), where PyTorch's Python
+    reference promotes bool to int64 (and so refuses `pow_` and a bool out tensor);
+    anything else is PyTorch's meta kernel's."""
+    from .registry import _python_meta
+
+    inner = _python_meta(op)
+
+    def meta(self, exponent, **kwargs):
+        if self.dtype != torch.bool or not isinstance(exponent, bool):
+            return inner(self, exponent, **kwargs)
+        if op is aten.pow_.Scalar:
+            return self
+        result = inner(self, 1)  # int64, laid out as the unary TensorIterator lays it out
+        result = torch.empty_strided(result.shape, result.stride(), dtype=torch.bool, device=result.device)
+        out = kwargs.get("out")
+        if out is None:
+            return result
+        from torch._prims_common.wrappers import _maybe_resize_out
+
+        return _maybe_resize_out(out, result.shape)  # any out dtype holds a bool
+
+    return meta
+
+
+def _register_bool_pow_meta():
+    from .registry import meta_kernel
+
+    for op in (aten.pow.Tensor_Scalar, aten.pow_.Scalar, aten.pow.Tensor_Scalar_out):
+        meta_kernel(op)(_bool_pow_meta(op))
+
+
+_register_bool_pow_meta()
 
 
 def _pow(self, exponent, out):
@@ -585,9 +642,12 @@ def _bitwise(fn):
     return lower
 
 
-lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise(jnp.bitwise_and))
-lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise(jnp.bitwise_or))
-lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise(jnp.bitwise_xor))
+# The Scalar_Tensor overloads (`torch.bitwise_and(3, x)`) are lowered as they are: their
+# composite kernels pass the number on as a wrapped 0-dim CPU tensor, which reaches
+# neuron's Tensor kernel as a Python number that PyTorch's Python meta call refuses.
+lowering(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor)(_bitwise(jnp.bitwise_and))
+lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor)(_bitwise(jnp.bitwise_or))
+lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor)(_bitwise(jnp.bitwise_xor))
 
 
 @lowering(aten.bitwise_not.default)
@@ -595,8 +655,8 @@ def bitwise_not(self):
     return jnp.logical_not(self) if self.dtype == jnp.bool_ else jnp.invert(self)
 
 
-@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.__lshift__.Tensor,
-          aten.__lshift__.Scalar)
+@lowering(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+          aten.__lshift__.Tensor, aten.__lshift__.Scalar)
 def left_shift(self, other):
     out = _out()
     a, b = cast(self, out), cast(other, out)
@@ -604,8 +664,8 @@ def left_shift(self, other):
     return jnp.where((b >= bits) | (b < 0), 0, jnp.left_shift(a, jnp.clip(b, 0, bits - 1))).astype(out)
 
 
-@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.__rshift__.Tensor,
-          aten.__rshift__.Scalar)
+@lowering(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+          aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
 def right_shift(self, other):
     out = _out()
     a, b = cast(self, out), cast(other, out)
@@ -712,6 +772,7 @@ def softshrink_backward(grad_output, self, lambd):
     input passes grad_output, as CPU's scalar loop does (its vectorized loop, which
     takes full vectors of a long tensor, gives 0 there instead)."""
     out = _out()
+    check_scalar(lambd, out)  # CPU reads lambd as the result type
     inside = (self >= -lambd) & (self <= lambd)
     return jnp.where(inside, 0, grad_output).astype(out)
 
@@ -986,6 +1047,310 @@ def c_log_base(base):
     return log
 
 
+def _sincos_tiny(y):
+    """sin y and cos y as glibc's complex functions take them: y and 1 where |y| is at
+    most the smallest normal number (M_MIN), `sincos` elsewhere."""
+    small = jnp.abs(y) <= float(jnp.finfo(y.dtype).tiny)
+    return jnp.where(small, y, jnp.sin(y)), jnp.where(small, jnp.ones_like(y), jnp.cos(y))
+
+
+def _scaled_exp(ax, sin, cos):
+    """glibc's csinh/ccosh for |x| past t (709 for double, 88 for float): e^|x| / 2 times
+    sin and cos, e^t / 2 and e^t factored in step by step (so the parts stay finite
+    where sin or cos is small), the largest finite number past 3t."""
+    f = ax.dtype
+    fi = jnp.finfo(f)
+    t = float(int((fi.maxexp - 1) * math.log(2)))
+    exp_t = np.asarray(math.exp(t), f)
+    half = np.asarray(math.exp(t) / 2, f)
+    rx = ax - t
+    # Behind barriers: XLA would fold the constant factors into one (e^2t / 2 overflows
+    # float32, and 0 * inf is NaN where glibc's 0 stays 0).
+    sin, cos = lax.optimization_barrier((sin * half, cos * half))
+    more = rx > t
+    rx = jnp.where(more, rx - t, rx)
+    sin, cos = lax.optimization_barrier((jnp.where(more, sin * exp_t, sin), jnp.where(more, cos * exp_t, cos)))
+    ev = jnp.where(rx > t, np.asarray(fi.max, f), jnp.exp(jnp.minimum(rx, t)))
+    return ev * cos, ev * sin, ax > t
+
+
+def c_sinh(z):
+    """glibc's csinh (s_csinh_template.c): sinh|x| cos y (its sign x's) + cosh|x| sin y i,
+    scaled past exp's overflow (`_scaled_exp`, as `c_exp`); an infinite x gives infinite
+    parts signed by cos y (times x's sign) and sin y, x itself with a zero y, inf + NaN i
+    with a non-finite y; a zero x with a non-finite y (+-0) + NaN i; a NaN x NaN + y i
+    for a zero y; NaN + NaN i otherwise."""
+    x, y = _parts(z)
+    f = x.dtype
+    inf, nan = np.asarray(np.inf, f), np.asarray(np.nan, f)
+    neg = jnp.signbit(x)
+    ax = jnp.abs(x)
+    sin, cos = _sincos_tiny(y)
+    cos = jnp.where(neg, -cos, cos)
+    big_re, big_im, big = _scaled_exp(ax, sin, cos)
+    re = jnp.where(big, big_re, jnp.sinh(ax) * cos)
+    im = jnp.where(big, big_im, jnp.cosh(ax) * sin)
+    fin_x, fin_y = jnp.isfinite(x), jnp.isfinite(y)
+    # finite x, non-finite y
+    re = jnp.where(fin_x & ~fin_y, jnp.where(x == 0, x, nan), re)
+    im = jnp.where(fin_x & ~fin_y, nan, im)
+    # infinite x
+    x_inf = jnp.isinf(x)
+    inf_re = jnp.where(fin_y & (y != 0), jnp.copysign(inf, cos), jnp.where(y == 0, x, inf))
+    inf_im = jnp.where(fin_y & (y != 0), jnp.copysign(inf, sin), jnp.where(y == 0, y, nan))
+    re, im = jnp.where(x_inf, inf_re, re), jnp.where(x_inf, inf_im, im)
+    # NaN x
+    x_nan = jnp.isnan(x)
+    re, im = jnp.where(x_nan, nan, re), jnp.where(x_nan, jnp.where(y == 0, y, nan), im)
+    return lax.complex(re, im)
+
+
+def c_cosh(z):
+    """glibc's ccosh (s_ccosh_template.c): cosh x cos y + sinh x sin y i, scaled past
+    exp's overflow (`_scaled_exp`); an infinite x gives infinite parts signed by cos y
+    and by sin y times x's sign, inf + (y times x's sign) i for a zero y, inf + NaN i for
+    a non-finite y; a finite x with a non-finite y NaN + (0 or NaN) i (0 for x = 0); a
+    NaN x NaN + y i for a zero y; NaN + NaN i otherwise."""
+    x, y = _parts(z)
+    f = x.dtype
+    inf, nan, zero = np.asarray(np.inf, f), np.asarray(np.nan, f), np.asarray(0, f)
+    ax = jnp.abs(x)
+    sin, cos = _sincos_tiny(y)
+    sin_x = jnp.where(jnp.signbit(x), -sin, sin)
+    big_re, big_im, big = _scaled_exp(ax, sin_x, cos)
+    re = jnp.where(big, big_re, jnp.cosh(x) * cos)
+    im = jnp.where(big, big_im, jnp.sinh(x) * sin)
+    fin_x, fin_y = jnp.isfinite(x), jnp.isfinite(y)
+    re = jnp.where(fin_x & ~fin_y, nan, re)
+    im = jnp.where(fin_x & ~fin_y, jnp.where(x == 0, zero, nan), im)
+    x_inf = jnp.isinf(x)
+    sign_x = jnp.copysign(jnp.ones_like(x), x)
+    inf_re = jnp.where(fin_y & (y != 0), jnp.copysign(inf, cos), inf)
+    inf_im = jnp.where(fin_y & (y != 0), jnp.copysign(inf, sin) * sign_x, jnp.where(y == 0, y * sign_x, nan))
+    re, im = jnp.where(x_inf, inf_re, re), jnp.where(x_inf, inf_im, im)
+    x_nan = jnp.isnan(x)
+    re, im = jnp.where(x_nan, nan, re), jnp.where(x_nan, jnp.where(y == 0, y, nan), im)
+    return lax.complex(re, im)
+
+
+def _times_i(z):
+    """i z, exactly (-y + x i)."""
+    x, y = _parts(z)
+    return lax.complex(-y, x)
+
+
+def _times_minus_i(z):
+    """-i z, exactly (y - x i)."""
+    x, y = _parts(z)
+    return lax.complex(y, -x)
+
+
+def c_sin(z):
+    """glibc's csin: -i csinh(i z) (`c_sinh`), as C99 defines it and glibc's
+    s_csin_template.c mirrors csinh, except that a non-finite x with an infinite y
+    gives NaN + inf i (csinh's inf + NaN i turned would give NaN -+ inf i)."""
+    x, y = _parts(z)
+    r = _times_minus_i(c_sinh(_times_i(z)))
+    both = jnp.isinf(y) & ~jnp.isfinite(x)
+    return jnp.where(both, jnp.asarray(complex(np.nan, np.inf), z.dtype), r)
+
+
+def c_cos(z):
+    """glibc's ccos (s_ccos_template.c): ccosh(i z) (`c_cosh`)."""
+    return c_cosh(_times_i(z))
+
+
+def c_tan(z):
+    """glibc's ctan: -i ctanh(i z) (`c_tanh`), as s_ctan_template.c mirrors ctanh."""
+    return _times_minus_i(c_tanh(_times_i(z)))
+
+
+def c_asinh(z, kernel=jnp.arcsinh):
+    """glibc's casinh (s_casinh_template.c): for finite z XLA's asinh of the first
+    quadrant's |x| + |y| i, each part given the sign of x and y (glibc's
+    __kernel_casinh reduces to that quadrant too; XLA's drops the sign of a zero x);
+    an infinite y gives +-inf + (+-pi/2, +-pi/4 for an infinite x, NaN for a NaN x) i;
+    a non-finite x otherwise gives x + (+-0 for a finite y, or for a NaN x with a zero
+    y; NaN otherwise) i; a finite x with a NaN y NaN + NaN i; z itself for zeros.
+    (`kernel` computes the finite values: `c_acos` needs only the special ones.)"""
+    x, y = _parts(z)
+    f = x.dtype
+    inf, nan, zero = np.asarray(np.inf, f), np.asarray(np.nan, f), np.asarray(0, f)
+    r = kernel(lax.complex(jnp.abs(x), jnp.abs(y)))
+    re, im = jnp.copysign(jnp.real(r), x), jnp.copysign(jnp.imag(r), y)
+    fin_x, fin_y = jnp.isfinite(x), jnp.isfinite(y)
+    y_inf, x_nan = jnp.isinf(y), jnp.isnan(x)
+    re = jnp.where(fin_x & jnp.isnan(y), nan, re)
+    im = jnp.where(fin_x & jnp.isnan(y), nan, im)
+    xnf_im = jnp.where((fin_y & ~x_nan) | (x_nan & (y == 0)), jnp.copysign(zero, y), nan)
+    re, im = jnp.where(~fin_x, x, re), jnp.where(~fin_x, xnf_im, im)
+    yinf_im = jnp.where(x_nan, nan, jnp.copysign(jnp.where(fin_x, np.asarray(np.pi / 2, f),
+                                                           np.asarray(np.pi / 4, f)), y))
+    re, im = jnp.where(y_inf, jnp.copysign(inf, x), re), jnp.where(y_inf, yinf_im, im)
+    zeros = (x == 0) & (y == 0)
+    return lax.complex(jnp.where(zeros, x, re), jnp.where(zeros, y, im))
+
+
+def c_asin(z, kernel=jnp.arcsinh):
+    """glibc's casin (s_casin_template.c): -i casinh(i z) (`c_asinh`); with a NaN part,
+    z itself for a zero x, NaN + (+-inf) i (y's sign) if a part is infinite, NaN + NaN i
+    otherwise."""
+    x, y = _parts(z)
+    f = x.dtype
+    nan, inf = np.asarray(np.nan, f), np.asarray(np.inf, f)
+    w = _times_minus_i(c_asinh(_times_i(z), kernel))
+    re, im = _parts(w)
+    has_nan = jnp.isnan(x) | jnp.isnan(y)
+    has_inf = jnp.isinf(x) | jnp.isinf(y)
+    nan_re = jnp.where(x == 0, x, nan)
+    nan_im = jnp.where(x == 0, y, jnp.where(has_inf, jnp.copysign(inf, y), nan))
+    return lax.complex(jnp.where(has_nan, nan_re, re), jnp.where(has_nan, nan_im, im))
+
+
+def c_acos(z):
+    """complex64: glibc's cacos (s_cacos_template.c): with a non-finite part or z = 0,
+    pi/2 - casin(z) (`c_asin`) (a zero real part +0) and the negated imaginary part of
+    casin; for finite z XLA's acos with its imaginary part signed opposite to y (C99's
+    cacos(conj z) = conj(cacos z); XLA keeps -0 for y = -0). complex128: CPU's kernel
+    computes (pi/2 + 0i) - casin(z) part by part (Vectorized<c10::complex<double>>'s
+    acos, vec512_complex_double.h; its basic loop gives the same), so a zero imaginary
+    part is +0 and acos(1 + 1e-30i)'s real part is pi/2 - asin's (8.9e-16, not 1e-15)."""
+    x, y = _parts(z)
+    f = x.dtype
+    if f == jnp.float64:
+        s_re, s_im = _parts(c_asin(z))
+        return lax.complex(np.asarray(np.pi / 2, f) - s_re, np.asarray(0, f) - s_im)
+    s_re, s_im = _parts(c_asin(z, jnp.zeros_like))  # its special values only
+    sp_re = np.asarray(np.pi / 2, f) - s_re
+    sp_re = jnp.where(sp_re == 0, jnp.zeros_like(sp_re), sp_re)
+    r = jnp.arccos(z)
+    re, im = jnp.real(r), jnp.copysign(jnp.imag(r), -y)
+    special = ~jnp.isfinite(x) | ~jnp.isfinite(y) | ((x == 0) & (y == 0))
+    return lax.complex(jnp.where(special, sp_re, re), jnp.where(special, -s_im, im))
+
+
+def c_acosh(z):
+    """glibc's cacosh (s_cacosh_template.c): for finite z XLA's acosh with a
+    non-negative real part and the imaginary part signed as y; 0 + (+-pi/2) i for
+    zeros; an infinite y gives inf + (+-pi/2, +-pi/4 or +-3pi/4 for an infinite x,
+    NaN for a NaN x) i; an infinite x otherwise inf + (+-0 or +-pi by x's sign, NaN for
+    a NaN y) i; a NaN part otherwise NaN + (pi/2 for x = 0, else NaN) i."""
+    x, y = _parts(z)
+    f = x.dtype
+    inf, nan = np.asarray(np.inf, f), np.asarray(np.nan, f)
+    pi = np.asarray(np.pi, f)
+    r = jnp.arccosh(z)
+    re, im = jnp.abs(jnp.real(r)), jnp.copysign(jnp.abs(jnp.imag(r)), y)
+    zeros = (x == 0) & (y == 0)
+    re = jnp.where(zeros, jnp.zeros_like(x), re)
+    im = jnp.where(zeros, jnp.copysign(pi / 2, y), im)
+    fin_x, fin_y = jnp.isfinite(x), jnp.isfinite(y)
+    nan_part = jnp.isnan(x) | jnp.isnan(y)
+    re = jnp.where(nan_part, nan, re)
+    im = jnp.where(nan_part, jnp.where(x == 0, pi / 2, nan), im)
+    x_inf = jnp.isinf(x)
+    re = jnp.where(x_inf, inf, re)
+    im = jnp.where(x_inf, jnp.where(fin_y, jnp.copysign(jnp.where(jnp.signbit(x), pi, 0), y), nan), im)
+    y_inf = jnp.isinf(y)
+    yinf_im = jnp.where(x_inf, jnp.where(x < 0, np.asarray(3 * np.pi / 4, f), np.asarray(np.pi / 4, f)), pi / 2)
+    re = jnp.where(y_inf, inf, re)
+    im = jnp.where(y_inf, jnp.where(jnp.isnan(x), nan, jnp.copysign(yinf_im, y)), im)
+    return lax.complex(re, im)
+
+
+def _x2y2m1(x, y):
+    """x^2 + y^2 - 1, as glibc's __x2y2m1 (exactly, then rounded): in float64 for
+    float32 parts; for float64, (x - 1)(x + 1) + y^2."""
+    if x.dtype == jnp.float32:
+        x64, y64 = x.astype(jnp.float64), y.astype(jnp.float64)
+        return (x64 * x64 + y64 * y64 - 1).astype(jnp.float32)
+    return (x - 1) * (x + 1) + y * y
+
+
+def c_atanh(z):
+    """glibc's catanh (s_catanh_template.c): its formulas for finite z (past 16 / eps
+    the real part 1 / x, x / y^2 or x / (4 h^2) with h = hypot(x / 2, y / 2) and the
+    imaginary part +-pi/2; otherwise log((1 + x)^2 + y^2) / ((1 - x)^2 + y^2)) / 4
+    (log1p of 4x over the divisor where that ratio is at least 1/2, and (ln 2 -
+    ln|y|) / 2 for |x| = 1 and a tiny y) and atan2(2y, (1 - x^2 - y^2)) / 2); C99's
+    special values: +-0 + (+-pi/2) i for an infinite y, or an infinite or zero x (NaN i
+    for a NaN y); NaN + NaN i for other NaN parts; z itself for zeros."""
+    x, y = _parts(z)
+    f = x.dtype
+    fi = jnp.finfo(f)
+    eps = float(fi.eps)
+    nan, zero = np.asarray(np.nan, f), np.asarray(0, f)
+    half_pi = np.asarray(np.pi / 2, f)
+    ax, ay = jnp.abs(x), jnp.abs(y)
+    # huge parts
+    huge = (ax >= 16 / eps) | (ay >= 16 / eps)
+    h = jnp.hypot(x / 2, y / 2)
+    huge_re = jnp.where(ay <= 1, 1 / x, jnp.where(ax <= 1, x / y / y, x / h / h / 4))
+    # real part
+    i2 = jnp.where(ay >= eps * eps, y * y, zero)
+    num = 1 + x
+    num = i2 + num * num
+    den = 1 - x
+    den = i2 + den * den
+    ratio = num / den
+    re = jnp.where(ratio < 0.5, 0.25 * jnp.log(ratio), 0.25 * jnp.log1p(4 * x / den))
+    unit = (ax == 1) & (ay < eps * eps)
+    re = jnp.where(unit, jnp.copysign(np.asarray(0.5, f), x) * (np.asarray(math.log(2), f) - jnp.log(ay)), re)
+    # imaginary part
+    big, small = jnp.maximum(ax, ay), jnp.minimum(ax, ay)
+    d_small_y = (1 - big) * (1 + big)
+    d_small_y = jnp.where(d_small_y == 0, zero, d_small_y)
+    d_plain = (1 - big) * (1 + big) - small * small
+    d = jnp.where(small < eps / 2, d_small_y,
+                  jnp.where((big < 1) & ((big >= 0.75) | (small >= 0.5)), -_x2y2m1(big, small), d_plain))
+    im = 0.5 * jnp.arctan2(2 * y, d)
+    re = jnp.where(huge, huge_re, re)
+    im = jnp.where(huge, jnp.copysign(half_pi, y), im)
+    # special values
+    fin_x, fin_y = jnp.isfinite(x), jnp.isfinite(y)
+    y_inf = jnp.isinf(y)
+    x_edge = ~y_inf & (jnp.isinf(x) | (x == 0))
+    special_re = jnp.where(y_inf | x_edge, jnp.copysign(zero, x), nan)
+    special_im = jnp.where(y_inf | (x_edge & ~jnp.isnan(y)), jnp.copysign(half_pi, y), nan)
+    special = ~fin_x | ~fin_y
+    re, im = jnp.where(special, special_re, re), jnp.where(special, special_im, im)
+    zeros = (x == 0) & (y == 0)
+    return lax.complex(jnp.where(zeros, x, re), jnp.where(zeros, y, im))
+
+
+def c_atan(z):
+    """glibc's catan: -i catanh(i z) (`c_atanh`), as s_catan_template.c mirrors catanh."""
+    return _times_minus_i(c_atanh(_times_i(z)))
+
+
+def c_reciprocal(z):
+    """CPU's complex reciprocal: c10's (1 + 0i) / z (`c_div`; Vectorized's reciprocal
+    divides element by element too), written out for that dividend: XLA would fold
+    1 * rat + 0 into rat, turning c10's +0 for a -0 ratio into -0 (reciprocal(-2i) is
+    -0 + 0.5i on CPU)."""
+    c, d = _parts(z)
+    f = c.dtype
+    nan, zero, one = np.asarray(np.nan, f), np.asarray(0, f), np.asarray(1, f)
+    real_major = jnp.abs(c) >= jnp.abs(d)
+    rat = jnp.where(real_major, d / c, c / d)
+    den = jnp.where(real_major, c + d * rat, d + c * rat)
+    zero_rat = jnp.where(jnp.isfinite(rat), zero, nan)  # 0 * rat
+    plus_rat = jnp.where(rat == 0, zero, rat)  # rat + 0
+    minus_rat = jnp.where(rat == 0, zero, -rat)  # 0 - rat
+    re = jnp.where(real_major, one + zero_rat, plus_rat) / den
+    im = jnp.where(real_major, minus_rat, zero_rat - one) / den
+    divisor_zero = (c == 0) & (d == 0)
+    re = jnp.where(divisor_zero, one / jnp.abs(c), re)
+    im = jnp.where(divisor_zero, nan, im)
+    return lax.complex(re, im)
+
+
+def c_rsqrt(z):
+    """CPU's complex rsqrt, 1 / sqrt(z): glibc's csqrt (`c_sqrt`), then c10's division
+    (`c_div`), as the scalar kernel and Vectorized's sqrt().reciprocal() compute it."""
+    return c_reciprocal(c_sqrt(z))
+
+
 # ------------------------------------------------------------------ unary
 def _unary_float(fn):
     """Ops whose integer inputs give floating outputs (exp, log, sin, ...)."""
@@ -1007,12 +1372,16 @@ _FLOAT_UNARY = {
     aten.expm1: _real_or_complex(jnp.expm1, c_expm1), aten.log: _real_or_complex(jnp.log, c_log),
     aten.log2: _real_or_complex(jnp.log2, c_log_base(2)), aten.log10: _real_or_complex(jnp.log10, c_log_base(10)),
     aten.log1p: _real_or_complex(jnp.log1p, c_log1p),
-    aten.sqrt: _real_or_complex(jnp.sqrt, c_sqrt), aten.rsqrt: lax.rsqrt,
-    aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan, aten.asin: jnp.arcsin, aten.acos: jnp.arccos,
-    aten.atan: jnp.arctan, aten.sinh: jnp.sinh, aten.cosh: jnp.cosh, aten.tanh: _real_or_complex(jnp.tanh, c_tanh),
-    aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh, aten.atanh: jnp.arctanh,
+    aten.sqrt: _real_or_complex(jnp.sqrt, c_sqrt), aten.rsqrt: _real_or_complex(lax.rsqrt, c_rsqrt),
+    aten.sin: _real_or_complex(jnp.sin, c_sin), aten.cos: _real_or_complex(jnp.cos, c_cos),
+    aten.tan: _real_or_complex(jnp.tan, c_tan), aten.asin: _real_or_complex(jnp.arcsin, c_asin),
+    aten.acos: _real_or_complex(jnp.arccos, c_acos), aten.atan: _real_or_complex(jnp.arctan, c_atan),
+    aten.sinh: _real_or_complex(jnp.sinh, c_sinh), aten.cosh: _real_or_complex(jnp.cosh, c_cosh),
+    aten.tanh: _real_or_complex(jnp.tanh, c_tanh), aten.asinh: _real_or_complex(jnp.arcsinh, c_asinh),
+    aten.acosh: _real_or_complex(jnp.arccosh, c_acosh), aten.atanh: _real_or_complex(jnp.arctanh, c_atanh),
     aten.erf: jax.scipy.special.erf, aten.erfc: jax.scipy.special.erfc, aten.erfinv: lambda x: _erfinv(x),
-    aten.sigmoid: _real_or_complex(jax.nn.sigmoid, c_sigmoid), aten.reciprocal: lambda x: 1 / x,
+    aten.sigmoid: _real_or_complex(jax.nn.sigmoid, c_sigmoid),
+    aten.reciprocal: _real_or_complex(lambda x: 1 / x, c_reciprocal),
     aten.lgamma: jax.scipy.special.gammaln,
     aten.digamma: lambda x: _digamma(x), aten.i0: jax.scipy.special.i0, aten.sinc: jnp.sinc,
     aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
@@ -1142,7 +1511,13 @@ lowering(aten.neg.default)(_unary_same(jnp.negative))
 @lowering(aten.abs.default)
 def abs_(self):
     # Not _unary_same: a complex input must keep its imaginary part until the modulus
-    # is taken (the output dtype is real).
+    # is taken (the output dtype is real). CPU's is hypot (std::abs, Sleef's hypot in
+    # Vectorized): an infinite part gives inf even with a NaN other part, where XLA's
+    # gives NaN.
+    if jnp.iscomplexobj(self):
+        re, im = _parts(self)
+        inf = np.asarray(np.inf, re.dtype)
+        return jnp.where(jnp.isinf(re) | jnp.isinf(im), inf, jnp.abs(self)).astype(_out())
     return jnp.abs(self).astype(_out())
 
 
@@ -1359,13 +1734,16 @@ def threshold(self, threshold, value):
 
 @lowering(aten.leaky_relu.default)
 def leaky_relu(self, negative_slope=0.01):
-    """`aten::leaky_relu`: CPU multiplies half types in float32 by the unrounded slope."""
+    """`aten::leaky_relu`: CPU multiplies half types in float32 by the unrounded slope
+    (read as the compute type: checked for it)."""
+    check_scalar(negative_slope, _compute(self.dtype))
     x = self.astype(_compute(self.dtype))
     return jnp.where(x > 0, x, x * negative_slope).astype(self.dtype)
 
 
 @lowering(aten.leaky_relu_backward.default)
 def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    check_scalar(negative_slope, _compute(grad_output.dtype))
     return jnp.where(self > 0, grad_output, grad_output * cast(negative_slope, grad_output.dtype))
 
 
@@ -1379,23 +1757,40 @@ def hardtanh(self, min_val=-1, max_val=1):
 
 @lowering(aten.hardtanh_backward.default)
 def hardtanh_backward(grad_output, self, min_val, max_val):
+    check_scalar(min_val, _compute(grad_output.dtype))  # CPU reads them as the compute type
+    check_scalar(max_val, _compute(grad_output.dtype))
     return jnp.where((self <= min_val) | (self >= max_val), jnp.zeros((), grad_output.dtype), grad_output)
 
 
 @lowering(aten.elu.default)
 def elu(self, alpha=1, scale=1, input_scale=1):
+    """`aten::elu`: CPU reads the Scalars as the compute type (checked for it)."""
     c = _compute(self.dtype)
+    for v in (alpha, scale, input_scale):
+        check_scalar(v, c)
     x = self.astype(c)
-    y = jnp.where(x > 0, x * scale, (jnp.expm1(x * input_scale)) * alpha * scale)
+    y = jnp.where(x >= 0, x * scale, (jnp.expm1(x * input_scale)) * alpha * scale)  # 0 at 0 for alpha inf (CPU)
     return y.astype(self.dtype)
 
 
 @lowering(aten.softplus.default)
 def softplus(self, beta=1, threshold=20):
+    """`aten::softplus`: CPU reads the Scalars as the compute type (checked for it)."""
     c = _compute(self.dtype)
+    check_scalar(beta, c)
+    check_scalar(threshold, c)
     x = self.astype(c)
     y = jnp.where(x * beta > threshold, x, jnp.log1p(jnp.exp(x * beta)) / beta)
     return y.astype(self.dtype)
+
+
+@lowering(aten.hardshrink.default)
+def hardshrink(self, lambd=0.5):
+    """`aten::hardshrink`: 0 inside [-lambd, lambd], self elsewhere (and where NaN), as
+    CPU's kernel, which reads lambd as self's dtype (checked for it)."""
+    check_scalar(lambd, self.dtype)
+    lim = cast(lambd, self.dtype)
+    return jnp.where((self >= -lim) & (self <= lim), jnp.zeros((), self.dtype), self)
 
 
 @lowering(aten.hardsigmoid.default)

@@ -678,7 +678,9 @@ def index_select(self, dim, index):
 @lowering(aten.index_add.default)
 def index_add(self, dim, index, source, alpha=1):
     """`aten::index_add`: ``self[..., index[i], ...] += alpha * source[..., i, ...]``
-    along `dim`, duplicates summed; RuntimeError for indices outside [0, size)."""
+    along `dim`, duplicates summed; RuntimeError for indices outside [0, size). `alpha`
+    must fit self's dtype (CPU)."""
+    check_scalar(alpha, self.dtype)
     x = self.reshape(1) if self.ndim == 0 else self
     d = dim % x.ndim
     idx = checked(index.reshape(-1), x.shape[d], RuntimeError, _oob(d, x.shape[d]))

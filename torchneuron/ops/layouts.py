@@ -18,9 +18,14 @@ it), and ATen's kernels choose it in a handful of ways, each a shared rule of
 - `empty_like(input, input.suggest_memory_format())`, `resize_(sizes,
   input.suggest_memory_format())`: channels_last kept, any other layout (a transposed
   one) made contiguous (`suggested_layout`).
+- `at::empty_like(t)` of one particular argument (the input of a loss, the incoming
+  gradient of log_sigmoid_backward), written without restriding: that argument's strides
+  if dense, else its suggested memory format, whatever the other operands' layouts
+  (`preserved_layout`).
 
 The rules apply where the executor runs a meta kernel (a cache miss), to the results of
-decompositions, and to fake tensors on `neuron` in compiled graphs. Out= kernels that
+decompositions (eager, and in compiled graphs: `eager.meta_device.relaid`), and to fake
+tensors on `neuron` in compiled graphs. Out= kernels that
 restride their out tensors whatever their strides are registered with `out_layout`.
 """
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from .registry import (contiguous_layout, elementwise_layout, elementwise_strides, iterator_layout, meta_layout,
-                       out_layout, promoted, suggested_layout)
+                       out_layout, preserved_layout, promoted, suggested_layout)
 
 aten = torch.ops.aten
 
@@ -82,7 +87,24 @@ def _log_sigmoid_backward_layout(grad_output, self, buffer):
     """Activation.cpp `log_sigmoid_backward_cpu`: the iterator writes into
     `at::empty_like(grad_output)` (grad_output's strides if dense, else its suggested
     memory format), which it does not restride."""
-    return lambda out: torch.empty_like(grad_output).stride()
+    return preserved_layout(grad_output)
+
+
+@meta_layout(aten.binary_cross_entropy.default)
+def _binary_cross_entropy_layout(self, target, weight=None, reduction=1):
+    """Loss.cpp `binary_cross_entropy_cpu`: the loss is `at::empty_like(input)`, written
+    by a TensorIterator over its squeezed view (which keeps its strides) and scaled in
+    place (`mul_(weight)`): the input's layout, whatever the target's or the weight's. A
+    reduced loss is 0-dim."""
+    return preserved_layout(self)
+
+
+@meta_layout(aten.binary_cross_entropy_backward.default)
+def _binary_cross_entropy_backward_layout(grad_output, self, target, weight=None, reduction=1):
+    """Loss.cpp `binary_cross_entropy_backward_cpu`: `at::empty_like(input)`, written as
+    the loss is (`mul_(weight)`, `div_(input.numel())` in place): the input's layout,
+    whatever the incoming gradient's."""
+    return preserved_layout(self)
 
 
 @meta_layout(aten.where.self)
@@ -96,6 +118,23 @@ def _where_layout(condition, self, other):
 
 
 # ------------------------------------------------------------------ contiguous
+# Pow.cpp `TORCH_META_FUNC2(pow, Scalar)` (a Python number base, `2 ** x`): the output is
+# `set_output_raw_strided(0, exp.sizes(), {}, ...)`, no strides (contiguous), which the
+# impl fills (`fill_(1)` for a base of 1) or writes with `at::pow_out` (a TensorIterator
+# over an output of the right size, which it does not restride). pow.Scalar is tagged
+# pointwise; the other Scalar-first ops (rsub.Scalar, remainder.Scalar_Tensor,
+# xlogy.Scalar_Self, bitwise_*.Scalar_Tensor, ...) wrap the number into a 0-dim tensor
+# before a TensorIterator and take the tensor's layout.
+meta_layout(aten.pow.Scalar)(contiguous_layout)
+
+
+@meta_layout(aten.log_sigmoid_forward.default)
+def _log_sigmoid_forward_layout(self):
+    """Activation.cpp `log_sigmoid_forward_cpu` (F.logsigmoid): `result` and `buffer`
+    are `at::empty_like(input, at::MemoryFormat::Contiguous)`."""
+    return [torch.contiguous_format, torch.contiguous_format]
+
+
 # TensorAdvancedIndexing.cpp `masked_fill` (tagged pointwise) and `masked_scatter` fill
 # `_self->clone(at::MemoryFormat::Contiguous)` in place.
 meta_layout(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.masked_scatter.default)(contiguous_layout)
@@ -206,6 +245,14 @@ def _pad_out_layout(self, padding, *, out):
 out_layout(aten.reflection_pad2d_backward.grad_input, aten.replication_pad2d_backward.grad_input,
            aten.replication_pad3d_backward.grad_input)(_grad_input_layout)
 out_layout(aten.reflection_pad3d_backward.grad_input)(_reflection_pad3d_grad_input_layout)
+
+
+@out_layout(aten.log_sigmoid_forward.output)
+def _log_sigmoid_forward_out_layout(self, *, output, buffer):
+    """Activation.cpp `log_sigmoid_forward_out_cpu`: `result.resize_as_(input)` (a
+    right-sized result keeps its strides), `buffer.resize_as_(input,
+    MemoryFormat::Contiguous)` (restrided whatever its strides)."""
+    return [None, torch.contiguous_format]
 
 
 # ------------------------------------------------------------------ attention's gradients

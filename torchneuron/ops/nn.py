@@ -21,7 +21,7 @@ import torch
 from jax import lax
 
 from ..kernels import attention
-from ._common import acc_type, half_rounding, scalar_type_name, true_divide
+from ._common import acc_type, half_rounding, kernel_acc_type, scalar_type_name, true_divide
 from .indexing import host_kernel, type_name
 from .linalg import copy_out
 from .reduction import _vector_norm
@@ -224,6 +224,8 @@ def _check_probabilities_and_targets(x, t):
 
     def first(bad):
         bad = jnp.ravel(bad)
+        if bad.size == 0:  # an empty input: nothing to check (argmax of no elements raises)
+            return 0
         return jnp.where(jnp.any(bad), jnp.argmax(bad), bad.size)
 
     ix, it = first(bad_x), first(bad_t)
@@ -539,28 +541,67 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     ctx = context()
     updates = {}
     if training:
-        x_hat, mean, invstd = _normalize(x, axes, eps)
+        # CPU's statistics dtype (`_bn_stats_dtype`): a half input without float32
+        # parameters or running statistics keeps half ones. Its kernel then rounds the
+        # mean and the variance sum to that dtype (batch_norm_cpu_collect_stats), divides
+        # the sum in it (c10's Half/BFloat16 operator/(int64_t) rounds the count and the
+        # quotient), and normalizes by, saves and moves the running statistics with those.
+        stat = jnp.dtype(ctx.out(1).dtype)
+        n = x.size // max(x.shape[1], 1)
+        unbiased = None
+        if stat != x.dtype and x.size:
+            def rounded(v):
+                return jnp.asarray(v, x.dtype).astype(stat).astype(x.dtype)
+            exact_mean = jnp.mean(x, axis=axes, keepdims=True)
+            var_sum = rounded(jnp.sum(jnp.square(x - exact_mean), axis=axes, keepdims=True))
+            mean = rounded(exact_mean)
+            invstd = rounded(1 / jnp.sqrt(rounded(var_sum / rounded(n)) + eps))
+            x_hat = None
+            if running_mean is not None:
+                unbiased = rounded(var_sum / rounded(n - 1)).reshape(-1) if n > 1 else None
+        elif x.dtype == jnp.float32 and x.size:
+            # batch_norm_cpu_collect_stats for float: sums in at::acc_type<float> (double
+            # on XLA:CPU, `kernel_acc_type`), the mean and the variance sum (of float32
+            # squares of x - mean) stored as float32, var = var_sum / N in float32,
+            # invstd = 1 / sqrt(var + eps) in the accumulation type.
+            wide = kernel_acc_type(x.dtype)
+            mean = jnp.mean(x.astype(wide), axis=axes, keepdims=True).astype(x.dtype)
+            var_sum = jnp.sum(jnp.square(x - mean).astype(wide), axis=axes, keepdims=True).astype(x.dtype)
+            invstd = (1 / jnp.sqrt((var_sum / n).astype(wide) + eps)).astype(x.dtype)
+            x_hat = None
+            if running_mean is not None and n > 1:
+                unbiased = (var_sum / (n - 1)).reshape(-1)
+        else:
+            x_hat, mean, invstd = _normalize(x, axes, eps)
+            if running_mean is not None and n > 1:
+                unbiased = jnp.mean(jnp.square(x - mean), axis=axes) * n / (n - 1)
         save_mean, save_invstd = mean.reshape(-1), invstd.reshape(-1)
         if running_mean is not None:
-            n = x.size // x.shape[1]
-            var = jnp.mean(jnp.square(x - mean), axis=axes)
-            unbiased = var * n / (n - 1) if n > 1 else jnp.full_like(var, jnp.nan)
-            updates["running_mean"] = (1 - momentum) * _acc(running_mean) + momentum * save_mean
-            updates["running_var"] = (1 - momentum) * _acc(running_var) + momentum * unbiased
+            if unbiased is None:  # one value per channel: CPU's 0 / 0
+                unbiased = jnp.full(save_mean.shape, jnp.nan, x.dtype)
+            # In double on XLA:CPU, as the kernel's momentum * stat + (1 - momentum) * running.
+            def moved(running, batch):
+                wide = jnp.promote_types(kernel_acc_type(jnp.float32), running.dtype)
+                return (momentum * batch.astype(wide) + (1 - momentum) * running.astype(wide)).astype(running.dtype)
+            updates["running_mean"] = moved(running_mean, save_mean)
+            updates["running_var"] = moved(running_var, unbiased)
+        save_mean, save_invstd = save_mean.astype(stat), save_invstd.astype(stat)
     else:
         if running_mean is not None:  # written back unchanged: the kernel declares the writes
             updates = {"running_mean": running_mean, "running_var": running_var}
-        invstd = lax.rsqrt(_acc(running_var) + eps)
-        x_hat = (x - _channel_view(running_mean, x.ndim)) * _channel_view(invstd, x.ndim)
+        mean = _channel_view(running_mean, x.ndim)
+        invstd = _channel_view(1 / jnp.sqrt(_acc(running_var) + jnp.asarray(eps, x.dtype)), x.ndim)
+        x_hat = None
         # Empty, as CPU's kernel returns them in eval mode (`_cpu_eval_statistics`).
         save_mean = jnp.zeros(ctx.out(1).shape, ctx.out(1).dtype)
         save_invstd = jnp.zeros(ctx.out(2).shape, ctx.out(2).dtype)
-    out = x_hat
-    if weight is not None:
-        out = out * _channel_view(weight, x.ndim)
-    if bias is not None:
-        out = out + _channel_view(bias, x.ndim)
-    return out, save_mean, save_invstd, updates
+    if x_hat is not None and not x.size:
+        return x_hat, save_mean, save_invstd, updates
+    # batch_norm_cpu_collect_linear_and_constant_terms: out = x * alpha + beta with
+    # alpha = invstd * weight, beta = bias - mean * alpha, in the opmath type.
+    alpha = invstd if weight is None else invstd * _channel_view(weight, x.ndim)
+    beta = -(mean * alpha) if bias is None else _channel_view(bias, x.ndim) - mean * alpha
+    return x * alpha + beta, save_mean, save_invstd, updates
 
 
 @lowering(aten.native_batch_norm.default, writes=("running_mean", "running_var"))
@@ -596,26 +637,41 @@ def _check_batch_statistics(input, training) -> None:
         raise RuntimeError(f"input tensor must have at least one element, but got input_sizes = {list(input.shape)}")
 
 
-@meta_check(aten._native_batch_norm_legit.no_stats)
-def _batch_statistics_meta_check(input, weight, bias, training, momentum, eps, **_):
+def _cpu_statistics(out, input, training, *params):
+    """PyTorch's meta outputs `out` of a batch norm with save_mean and save_invstd as
+    Normalization.cpp `batch_norm_cpu` returns them, for tensors laid out as CPU's
+    (`device_hint`: meta stand-ins of `neuron` tensors, fake tensors on `neuron` or the
+    CPU): in `_bn_stats_dtype` (PyTorch's kernel computes and keeps them in float32 for
+    a half input), and in eval mode empty (`at::empty({0})`; PyTorch's kernel gives the
+    running mean and invstd, (C,), as CUDA does). Other meta tensors keep PyTorch's."""
+    # Looked up at the call: `eager.meta_device.install` replaces the module's function.
+    if torch._meta_registrations.device_hint(input) != "cpu":
+        return out
+    dtype = _bn_stats_dtype(input, *params)
+    if training:
+        return (out[0], out[1].to(dtype), out[2].to(dtype), *out[3:])
+    return (out[0], input.new_empty((0,), dtype=dtype), input.new_empty((0,), dtype=dtype), *out[3:])
+
+
+_NO_STATS_META = _python_meta(aten._native_batch_norm_legit.no_stats)
+
+
+@meta_kernel(aten._native_batch_norm_legit.no_stats)
+def _batch_statistics_meta(input, weight, bias, training, momentum, eps):
+    """The meta kernel of `_native_batch_norm_legit.no_stats`: CPU's empty-batch error
+    and statistics dtypes (`_cpu_statistics`)."""
     _check_batch_statistics(input, training)
+    return _cpu_statistics(_NO_STATS_META(input, weight, bias, training, momentum, eps), input, training, weight,
+                           bias)
 
 
 def _cpu_eval_statistics(inner):
-    """PyTorch's meta kernel `inner` of a batch norm taking `training`, except that in
-    eval mode save_mean and save_invstd are empty, as Normalization.cpp
-    `batch_norm_cpu` returns them (`at::empty({0})`, in `_bn_stats_dtype`), for
-    tensors laid out as CPU's (`device_hint`: meta stand-ins of `neuron` tensors, fake
-    tensors on `neuron` or the CPU). PyTorch's kernel gives the running mean and invstd,
-    (C,), as CUDA does, and keeps that for other meta tensors."""
+    """PyTorch's meta kernel `inner` of a batch norm taking `training`, with CPU's
+    empty-batch error and save_mean and save_invstd (`_cpu_statistics`)."""
     def meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
         _check_batch_statistics(input, training)
         out = inner(input, weight, bias, running_mean, running_var, training, momentum, eps)
-        # Looked up at the call: `eager.meta_device.install` replaces the module's function.
-        if training or torch._meta_registrations.device_hint(input) != "cpu":
-            return out
-        dtype = _bn_stats_dtype(input, weight, bias, running_mean, running_var)
-        return (out[0], input.new_empty((0,), dtype=dtype), input.new_empty((0,), dtype=dtype), *out[3:])
+        return _cpu_statistics(out, input, training, weight, bias, running_mean, running_var)
     return meta
 
 
@@ -701,6 +757,29 @@ def batch_norm_with_update(input, weight, bias, running_mean, running_var, momen
     return (out, m, s, jnp.zeros(context().out(3).shape, jnp.uint8)), updates
 
 
+@lowering(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum, eps):
+    """aten::_batch_norm_with_update_functional (functionalized graphs of
+    `_batch_norm_with_update`): (out, save_mean, save_invstd, reserve (empty), new
+    running_mean, new running_var). Lowered, not left to PyTorch's decomposition, which
+    asks `torch._C._select_batch_norm_backend` for the reserve and so refuses a missing
+    weight or bias (TypeError, PyTorch's aot_eager on CPU too) where CPU normalizes
+    without them (`_batch_norm_with_update_functional_meta`)."""
+    out, m, s, updates = _batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return (out, m, s, jnp.zeros(context().out(3).shape, jnp.uint8), updates["running_mean"],
+            updates["running_var"])
+
+
+@meta_kernel(aten._batch_norm_with_update_functional.default)
+def _batch_norm_with_update_functional_meta(input, weight, bias, running_mean, running_var, momentum, eps):
+    """The meta kernel of `_batch_norm_with_update_functional`: `_batch_norm_reserve_meta`'s
+    rule (CPU's empty uint8 reserve, without `_select_batch_norm_backend`), with the new
+    running statistics. Fake tensors prefer it to PyTorch's decomposition."""
+    out, m, s, rm, rv = aten._native_batch_norm_legit_functional.default(input, weight, bias, running_mean,
+                                                                        running_var, True, momentum, eps)
+    return out, m, s, input.new_empty((0,), dtype=torch.uint8), rm, rv
+
+
 @lowering(aten._batch_norm_no_update.default)
 def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     """aten::_batch_norm_no_update: eval batch norm (batch statistics without running
@@ -712,27 +791,39 @@ def batch_norm_no_update(input, weight, bias, running_mean, running_var, momentu
 
 def _batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                          output_mask):
+    """CPU's batch_norm_cpu_backward kernel (batch_norm_kernel.cpp): the per-channel
+    sums of dy and of (x - mean) * dy accumulate in `at::acc_type<scalar_t, false>`,
+    double for float32 (CPU's float32 partial sums, per plane or per thread, leave only
+    their own rounding between the two), float32 (opmath) for half types; the rest in
+    the kernel's order and dtype (`kernel_acc_type`: float32 on accelerators): k = dotp * invstd * invstd / N and grad_mean = sum / N
+    in the input's opmath type, dx = ((dy - grad_mean) - (x - mean) * k) * invstd * w,
+    grad_weight = dotp * invstd, grad_bias = sum. In eval, invstd = 1 / sqrt(running_var
+    + eps) in double, as the kernel computes it."""
     x, g = _acc(input), _acc(grad_out)
     nd = x.ndim
     axes = tuple(i for i in range(nd) if i != 1)
+    wide = kernel_acc_type(x.dtype)
     if train:
         mean, invstd = _acc(save_mean), _acc(save_invstd)
     else:
-        mean, invstd = _acc(running_mean), lax.rsqrt(_acc(running_var) + eps)
+        mean = _acc(running_mean)
+        invstd = (1 / jnp.sqrt(running_var.astype(kernel_acc_type(running_var.dtype)) + eps)).astype(x.dtype)
     w = _acc(weight) if weight is not None else jnp.ones_like(invstd)
     centered = x - _channel_view(mean, nd)
-    sum_g = jnp.sum(g, axis=axes)
-    dotp = jnp.sum(centered * g, axis=axes)
+    sum_g = jnp.sum(g.astype(wide), axis=axes)
+    dotp = jnp.sum((centered * g).astype(wide), axis=axes)
     gi = None
     if output_mask[0]:
         if train:
             n = x.size // x.shape[1]
-            proj = _channel_view(dotp * invstd * invstd / n, nd)
-            gi = (g - centered * proj - _channel_view(sum_g / n, nd)) * _channel_view(invstd * w, nd)
+            k = dotp.astype(x.dtype) * invstd * invstd / n
+            grad_mean = (sum_g / n).astype(x.dtype)
+            gi = ((g - _channel_view(grad_mean, nd)) - centered * _channel_view(k, nd)) * _channel_view(invstd, nd) \
+                * _channel_view(w, nd)
         else:
-            gi = g * _channel_view(invstd * w, nd)
-    gw = dotp * invstd if output_mask[1] else None
-    gb = sum_g if output_mask[2] else None
+            gi = g * _channel_view(invstd, nd) * _channel_view(w, nd)
+    gw = (dotp * invstd.astype(wide)).astype(x.dtype) if output_mask[1] else None
+    gb = sum_g.astype(x.dtype) if output_mask[2] else None
     return gi, gw, gb
 
 
@@ -1208,6 +1299,20 @@ _adaptive_lowerings(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d
 _adaptive_lowerings(aten._adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d_backward.default, 3)
 
 
+def _check_adaptive_nonempty(input, nsp, name):
+    """AdaptiveAveragePooling{,3d}.cpp: each pooled (trailing) dim of the input is
+    non-empty (batch and channel dims may be); PyTorch's meta kernels check the max
+    pools' and the backward ops' but not the average pools' forward."""
+    for d in range(input.dim() - nsp, input.dim()):
+        if input.shape[d] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(input.shape)} with dimension {d} being empty")
+
+
+for _nsp, _op in ((2, aten._adaptive_avg_pool2d.default), (3, aten._adaptive_avg_pool3d.default)):
+    meta_check(_op)(lambda self, *_, _nsp=_nsp, **__: _check_adaptive_nonempty(self, _nsp, f"adaptive_avg_pool{_nsp}d"))
+
+
 def _adaptive_max(x, out_sizes):
     """(values, flat indices into the pooled plane) of adaptive max pooling over the
     trailing dims, window o of a dim spanning [floor(o * I / O), ceil((o + 1) * I / O)).
@@ -1216,6 +1321,9 @@ def _adaptive_max(x, out_sizes):
     separable: reduce the innermost dim, then each outer dim over the partial results."""
     nsp = len(out_sizes)
     in_sizes = x.shape[-nsp:]
+    if 0 in tuple(out_sizes) or x.size == 0:  # nothing to pool (CPU refuses empty pooled input dims before)
+        shape = x.shape[:-nsp] + tuple(out_sizes)
+        return jnp.zeros(shape, x.dtype), jnp.zeros(shape, jnp.int64)
     plane_strides = [int(np.prod(in_sizes[i + 1:])) for i in range(nsp)]
     floating = jnp.issubdtype(x.dtype, jnp.floating)
     val, flat = x, None

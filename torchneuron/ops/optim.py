@@ -28,7 +28,8 @@ def _each(fn, n, *lists):
     outs = []
     for i in range(n):
         args = [a[i] if isinstance(a, list) else a for a in lists]
-        with tracing(Context(outs=[ctx.out(i)], checks=ctx.checks)):
+        with tracing(Context(outs=[ctx.out(i)], checks=ctx.checks, scalar_args=ctx.scalar_args,
+                             host_checks=ctx.host_checks)):
             outs.append(fn(*args))
     return outs
 

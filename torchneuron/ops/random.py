@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from ._common import not_implemented_for, scalar_type_name
+from ._common import check_scalar, not_implemented_for, scalar_type_name
 from .registry import context, lowering, meta_kernel
 
 aten = torch.ops.aten
@@ -414,9 +414,13 @@ def _rrelu(self, noise, lower, upper, training):
     """(output, new noise) of CPU's rrelu_with_noise: in training each x <= 0 is scaled
     by a slope drawn from U[lower, upper], recorded in noise (1 elsewhere); otherwise
     leaky_relu with the mean slope and noise unchanged."""
+    opmath = jnp.float32 if self.dtype in (jnp.float16, jnp.bfloat16) else self.dtype
     if not training:  # the unrounded mean slope, half types in float32 (CPU's leaky_relu)
+        check_scalar((lower + upper) / 2, opmath)  # CPU's leaky_relu reads it as opmath
         x = self.astype(jnp.float32) if self.dtype in (jnp.float16, jnp.bfloat16) else self
         return jnp.where(x > 0, x, x * ((lower + upper) / 2)).astype(self.dtype), noise
+    check_scalar(lower, opmath)  # CPU reads the bounds as opmath
+    check_scalar(upper, opmath)
     r = _uniform(self.shape, self.dtype, lower, upper)
     negative = self <= 0
     return jnp.where(negative, self * r, self), jnp.where(negative, r, jnp.ones((), noise.dtype)).astype(noise.dtype)

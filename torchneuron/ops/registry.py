@@ -134,6 +134,13 @@ class Context:
     # Per tensor argument, where known (compiled graphs): its (stride, storage offset) in
     # the storage it views, for the ops that address storage (as_strided).
     layouts: Tuple[Tuple[Tuple[int, ...], int], ...] = ()
+    # Eager executables: id() of each traced Python-number argument -> its position
+    # among the executable's dynamic values (None in compiled graphs), and the checks
+    # `check_scalar` leaves to the host for them ((position, lo, hi, message, dtype):
+    # CPU's checked_convert, made on the Python value before each run, in C++ on the
+    # hot path).
+    scalar_args: Optional[Dict[int, int]] = None
+    host_checks: List[tuple] = field(default_factory=list)
     _draws: int = 0
 
     def out(self, i: int = 0) -> OutSpec:
@@ -298,7 +305,7 @@ def meta_layout(*ops):
     meta kernel lays it out), a `torch.memory_format`, `ELEMENTWISE`, a tuple of
     strides, or a function of the meta output giving its strides; or one such value for
     every output. The shared rules (`contiguous_layout`, `suggested_layout`,
-    `elementwise_layout`, `iterator_layout`) name the ATen allocations they stand
+    `preserved_layout`, `elementwise_layout`, `iterator_layout`) name the ATen allocations they stand
     for. The eager executor and the decomposition path lay new outputs out so
     (`laid_out`), and so do fake tensors on `neuron` in compiled graphs
     (`eager.meta_device`). Returns `layout`."""
@@ -344,6 +351,20 @@ def suggested_layout(input, *args, **kwargs):
     channels_last (3d) for such an input, contiguous for any other layout (a transposed
     one included)."""
     return torch._prims_common.suggest_memory_format(input)
+
+
+def preserved_layout(like):
+    """CPU's kernel allocates its output `at::empty_like(like)` (MemoryFormat::Preserve)
+    and writes it without restriding: `like`'s strides if it is dense (transposed,
+    channels_last), else its suggested memory format. A layout for `meta_layout` (a
+    function of the meta output); an output of another shape (a reduced loss) keeps the
+    meta kernel's strides."""
+    def strides(out):
+        if tuple(out.shape) != tuple(like.shape):
+            return out.stride()
+        return torch.empty_like(like, dtype=out.dtype, device="meta").stride()
+
+    return strides
 
 
 def elementwise_layout(*args, **kwargs):
