@@ -582,6 +582,22 @@ def test_complex_unary_special_value_grid_as_cpu(op, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", [torch.atan, torch.atanh], ids=lambda f: f.__name__)
+def test_complex_atan_of_huge_values_keeps_the_small_part(op, dtype):
+    """catanh past 16 / eps: the real part x / (4 h^2), each part as CPU's to its own
+    relative tolerance (or, subnormal on CPU, flushed). XLA folded x / h / h into x / (h * h), whose h * h overflows, so
+    atan(2 + 1e30i) was pi/2 + 0i (CPU: pi/2 + 1e-30i)."""
+    big = [1e20, 1e30, 3e38] if dtype == torch.complex64 else [1e160, 1e300]
+    parts = [0.5, 2.0, 88.0] + big
+    parts += [-p for p in parts]
+    z = torch.tensor([complex(a, b) for a in parts for b in parts], dtype=dtype)
+    want, got = op(z), op(z.to("neuron")).cpu()
+    tiny = torch.finfo(want.real.dtype).tiny  # CPU's subnormal parts are flushed (platform difference)
+    torch.testing.assert_close(got.real, want.real, rtol=1e-5, atol=tiny)
+    torch.testing.assert_close(got.imag, want.imag, rtol=1e-5, atol=tiny)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
 @pytest.mark.parametrize("op", [torch.mul, torch.div, torch.add, torch.sub], ids=lambda f: f.__name__)
 def test_complex_binary_special_value_grid_as_cpu(op, dtype):
     """Complex mul, div, add and sub over all pairs of a special-value grid, as CPU's

@@ -956,6 +956,9 @@ _ADAPTIVE_EMPTY = {
     # empty batch or channels, or an output size 0: CPU computes (empty results)
     "avg2d_empty_batch": (lambda x: F.adaptive_avg_pool2d(x, 2), (0, 2, 4, 4)),
     "avg2d_empty_channels": (lambda x: F.adaptive_avg_pool2d(x, 2), (2, 0, 4, 4)),
+    "avg3d_unbatched_empty_channels": (lambda x: F.adaptive_avg_pool3d(x, 2), (0, 4, 4, 4)),
+    # ... but the 3-d pool checks every dim after the first: a batch's channels too
+    "avg3d_empty_channels": (lambda x: F.adaptive_avg_pool3d(x, 2), (2, 0, 4, 4, 4)),
     "area2d_output_0": (lambda x: F.interpolate(x, size=(0, 2), mode="area"), (1, 2, 4, 4)),
     "avg3d_output_0": (lambda x: F.adaptive_avg_pool3d(x, (1, 0, 2)), (1, 2, 4, 4, 4)),
     "max1d_output_0": (lambda x: F.adaptive_max_pool1d(x, 0, return_indices=True), (1, 2, 4)),
@@ -989,3 +992,41 @@ def test_adaptive_pooling_of_empty_dims_raises_or_computes_as_cpu(name, compiled
         got = (torch.compile(fn, backend="neuron") if compiled else fn)(x.to("neuron"))
     for g, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
         assert (g.shape, g.dtype) == (e.shape, e.dtype)
+
+
+@pytest.mark.parametrize("stats_dtype", [None, torch.float32], ids=["same", "float32_stats"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("op", ["_native_batch_norm_legit_functional", "_batch_norm_with_update_functional"])
+def test_functional_batch_norm_keeps_the_running_statistics_dtype(op, dtype, stats_dtype):
+    # Functionalized graphs' batch norm: the new running statistics in their own dtype, as
+    # CPU's kernel updates them in place (PyTorch's meta kernel said float32 for half ones).
+    fn = getattr(torch.ops.aten, op).default
+    x = torch.randn(4, 3, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+    def run(device):  # CPU's mixed precision: a half input with float32 parameters and statistics
+        params = [torch.full((3,), v, dtype=stats_dtype or dtype, device=device) for v in (1.5, 0.25)]
+        stats = [torch.full((3,), v, dtype=stats_dtype or dtype, device=device) for v in (0.5, 2.0)]
+        extra = (True,) if "legit" in op else ()
+        return fn(x.to(device), *params, *stats, *extra, 0.1, 1e-5)
+
+    want, got = run("cpu"), run("neuron")
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    for g, w in zip(got, want):  # (half results within an ulp or two of the half type)
+        torch.testing.assert_close(g.cpu(), w, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("shape,channels_last", [((8, 4, 5, 5), False), ((8, 4, 5, 5), True), ((16, 6), False),
+                                                 ((2, 3, 4, 4, 4), False)])
+def test_bfloat16_batch_norm_running_statistics_are_cpus(shape, channels_last):
+    # Three training steps of a bfloat16 BatchNorm: CPU moves the running statistics in
+    # BFloat16 arithmetic with momentum rounded to bfloat16 (0.10009765625); neuron's
+    # were an ulp off in 6 of 8 of these.
+    cls = {2: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d, 5: torch.nn.BatchNorm3d}[len(shape)]
+    cpu, dev = cls(shape[1]).bfloat16(), cls(shape[1]).bfloat16().to("neuron")
+    for step in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(step)).bfloat16()
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        torch.testing.assert_close(dev(x.to("neuron")).cpu(), cpu(x), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(dev.running_mean.cpu(), cpu.running_mean, atol=0, rtol=0)
+    torch.testing.assert_close(dev.running_var.cpu(), cpu.running_var, atol=0, rtol=0)

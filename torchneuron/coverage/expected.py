@@ -243,8 +243,7 @@ EXPECTED_FAILURES: Dict[Tuple[str, str, str], str] = {
              "CPU's topk orders equal values by its heap's accident (std::partial_sort), neuron's sort keeps the "
              "lower index first; the values are equal, and the gradient flows to the index each one picked"),
     # ---- rounding of half-precision results (see _HALF_ROUNDING)
-    # (half batch norm follows CPU's contiguous kernel: its statistics rounded as CPU rounds them)
-    **_cases(("nn.functional.instance_norm",), ("forward", "backward"), ("float16",), _half_rounding),
+    # (half batch and instance norm follow CPU's contiguous kernel: its statistics rounded as CPU rounds them)
     **_cases(_BATCH_NORMS, ("noncontiguous",), _HALF,
              "half rounding of a non-contiguous input: CPU's batch_norm_cpu takes another path for inputs "
              "neither contiguous nor channels-last (at::mean and a TensorIterator loop computing ((x - mean) * "

@@ -1285,7 +1285,9 @@ def c_atanh(z):
     # huge parts
     huge = (ax >= 16 / eps) | (ay >= 16 / eps)
     h = jnp.hypot(x / 2, y / 2)
-    huge_re = jnp.where(ay <= 1, 1 / x, jnp.where(ax <= 1, x / y / y, x / h / h / 4))
+    # The barriers keep XLA from folding x / h / h into x / (h * h), whose h * h overflows.
+    huge_re = jnp.where(ay <= 1, 1 / x, jnp.where(ax <= 1, lax.optimization_barrier(x / y) / y,
+                                                  lax.optimization_barrier(x / h) / h / 4))
     # real part
     i2 = jnp.where(ay >= eps * eps, y * y, zero)
     num = 1 + x

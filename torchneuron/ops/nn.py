@@ -548,17 +548,26 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
         # quotient), and normalizes by, saves and moves the running statistics with those.
         stat = jnp.dtype(ctx.out(1).dtype)
         n = x.size // max(x.shape[1], 1)
-        unbiased = None
+        unbiased = batch_mean = None
         if stat != x.dtype and x.size:
             def rounded(v):
                 return jnp.asarray(v, x.dtype).astype(stat).astype(x.dtype)
             exact_mean = jnp.mean(x, axis=axes, keepdims=True)
-            var_sum = rounded(jnp.sum(jnp.square(x - exact_mean), axis=axes, keepdims=True))
+            exact_var_sum = jnp.sum(jnp.square(x - exact_mean), axis=axes, keepdims=True)
             mean = rounded(exact_mean)
-            invstd = rounded(1 / jnp.sqrt(rounded(var_sum / rounded(n)) + eps))
             x_hat = None
-            if running_mean is not None:
-                unbiased = rounded(var_sum / rounded(n - 1)).reshape(-1) if n > 1 else None
+            if stat == jnp.float16:
+                # float16's are collected and moved in float, rounded only when saved
+                # (measured on CPU: the running statistics follow the unrounded ones).
+                invstd = rounded(1 / jnp.sqrt(exact_var_sum / n + eps))
+                batch_mean = exact_mean.reshape(-1)
+                if running_mean is not None and n > 1:
+                    unbiased = (exact_var_sum / (n - 1)).reshape(-1)
+            else:
+                var_sum = rounded(exact_var_sum)
+                invstd = rounded(1 / jnp.sqrt(rounded(var_sum / rounded(n)) + eps))
+                if running_mean is not None:
+                    unbiased = rounded(var_sum / rounded(n - 1)).reshape(-1) if n > 1 else None
         elif x.dtype == jnp.float32 and x.size:
             # batch_norm_cpu_collect_stats for float: sums in at::acc_type<float> (double
             # on XLA:CPU, `kernel_acc_type`), the mean and the variance sum (of float32
@@ -576,15 +585,31 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
             if running_mean is not None and n > 1:
                 unbiased = jnp.mean(jnp.square(x - mean), axis=axes) * n / (n - 1)
         save_mean, save_invstd = mean.reshape(-1), invstd.reshape(-1)
+        batch_mean = save_mean if batch_mean is None else batch_mean
         if running_mean is not None:
             if unbiased is None:  # one value per channel: CPU's 0 / 0
                 unbiased = jnp.full(save_mean.shape, jnp.nan, x.dtype)
-            # In double on XLA:CPU, as the kernel's momentum * stat + (1 - momentum) * running.
-            def moved(running, batch):
-                wide = jnp.promote_types(kernel_acc_type(jnp.float32), running.dtype)
-                return (momentum * batch.astype(wide) + (1 - momentum) * running.astype(wide)).astype(running.dtype)
-            updates["running_mean"] = moved(running_mean, save_mean)
-            updates["running_var"] = moved(running_var, unbiased)
+            # batch_norm_cpu_update_stats_template (a contiguous or channels-last input):
+            # momentum_ = static_cast<param_t>(momentum), then running = momentum_ * stat
+            # + (1 - momentum_) * running in the statistics' type param_t: for bfloat16
+            # each product and sum rounded (c10's BFloat16 operators), the variance's
+            # momentum_ * unbiased_var a float (accscalar_t) product; float16's in float
+            # from the unrounded batch statistics (measured on CPU's results).
+            def moved(running, batch, variance=False):
+                p = running.dtype
+                if p == jnp.float16:
+                    return (momentum * batch.astype(jnp.float32) + (1 - momentum) * running.astype(jnp.float32)).astype(p)
+                if p == jnp.bfloat16:
+                    def rounded(v):
+                        return v.astype(p).astype(jnp.float32)
+                    m = rounded(jnp.float32(momentum))
+                    new = m * batch.astype(jnp.float32)
+                    new = new if variance else rounded(new)
+                    return (new + rounded(rounded(1 - m) * running.astype(jnp.float32))).astype(p)
+                wide = jnp.promote_types(kernel_acc_type(jnp.float32), p)
+                return (momentum * batch.astype(wide) + (1 - momentum) * running.astype(wide)).astype(p)
+            updates["running_mean"] = moved(running_mean, batch_mean)
+            updates["running_var"] = moved(running_var, unbiased, variance=True)
         save_mean, save_invstd = save_mean.astype(stat), save_invstd.astype(stat)
     else:
         if running_mean is not None:  # written back unchanged: the kernel declares the writes
@@ -671,6 +696,10 @@ def _cpu_eval_statistics(inner):
     def meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
         _check_batch_statistics(input, training)
         out = inner(input, weight, bias, running_mean, running_var, training, momentum, eps)
+        if len(out) == 5 and running_mean is not None and torch._meta_registrations.device_hint(input) == "cpu":
+            # The functional op's new running statistics keep their dtype, as the kernel
+            # updates them in place (PyTorch's meta kernel gives the opmath type).
+            out = (*out[:3], out[3].to(running_mean.dtype), out[4].to(running_var.dtype))
         return _cpu_statistics(out, input, training, weight, bias, running_mean, running_var)
     return meta
 
@@ -1300,10 +1329,11 @@ _adaptive_lowerings(aten._adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d
 
 
 def _check_adaptive_nonempty(input, nsp, name):
-    """AdaptiveAveragePooling{,3d}.cpp: each pooled (trailing) dim of the input is
-    non-empty (batch and channel dims may be); PyTorch's meta kernels check the max
-    pools' and the backward ops' but not the average pools' forward."""
-    for d in range(input.dim() - nsp, input.dim()):
+    """AdaptiveAveragePooling{,3d}.cpp: the 2-d pool's two pooled dims are non-empty
+    (its batch and channel dims may be empty); the 3-d pool's every dim but the first
+    is (a 5-d input's channel dim too). PyTorch's meta kernels check the max pools'
+    and the backward ops' but not the average pools' forward."""
+    for d in range(1 if nsp == 3 else input.dim() - nsp, input.dim()):
         if input.shape[d] == 0:
             raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
                                f"has sizes {list(input.shape)} with dimension {d} being empty")
